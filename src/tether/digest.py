@@ -1,0 +1,24 @@
+"""Canonical JSON and the SHA-256 digests that bind approvals, effects and audit entries.
+
+Canonical means: keys sorted, no insignificant whitespace, UTF-8 kept as is. Two equal
+values always give the same bytes, so a digest names a value, not one of its spellings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``value``."""
+    return "sha256:" + sha256_hex(canonical_json(value))

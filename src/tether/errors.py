@@ -1,0 +1,214 @@
+"""Every error tether raises, under one root.
+
+Each message says what happened and what to do about it. Control signals (a call that must
+wait for a human) are kept apart from failures: they are not errors, and code that catches
+``TetherError`` to report failures does not swallow them.
+
+    TetherError
+    ├── ConfigurationError          a registry, policy or URL that cannot be used
+    ├── Denied                      the gate refused the call (also a PermissionError)
+    │   ├── UnknownToolError        the tool is not in the registry
+    │   ├── ManifestDriftError      the tool's manifest no longer matches its pin
+    │   ├── PolicyDenied            the policy said deny (reasons attached)
+    │   ├── ApprovalDenied          a human denied the call
+    │   └── ApprovalInvalid         a grant that does not bind this call
+    │       ├── ApprovalExpired
+    │       ├── ApprovalAlreadyUsed
+    │       └── ApproverNotAuthorized
+    ├── InvalidArguments            arguments that break the tool's schema (also a ValueError)
+    ├── BudgetExceeded              steps, cost or bytes would go over the budget
+    ├── ApprovalStateError          deciding an approval that is unknown or already decided
+    ├── OperationConflict           an operation key reused with different arguments
+    ├── InvalidTransition           an effect state change the state machine forbids
+    ├── ToolFailed                  the tool raised; the effect is recorded as failed
+    ├── OutcomeUnknown              the tool timed out (or is still in flight): outcome unknown
+    ├── StoreError                  the store cannot do what was asked
+    │   └── StaleState              a compare-and-swap lost (someone else wrote first)
+    ├── AuditIntegrityError         the audit chain does not verify
+    └── SandboxError                sandboxed code failed, ran too long or used too much memory
+
+    Signal (not an error)
+    └── ApprovalRequired            a human must approve; carries the approval id
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TetherError(Exception):
+    """Root of every failure tether raises."""
+
+
+class ConfigurationError(TetherError):
+    """A registry, policy, store URL or app reference that cannot be used."""
+
+
+class Denied(TetherError, PermissionError):
+    """The gate refused to run a call."""
+
+    def __init__(self, message: str, *, reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+class UnknownToolError(Denied):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"Action '{name}' not in registry. Execution blocked. "
+            "Register the tool before the agent may call it.",
+            reasons=("unknown tool",),
+        )
+        self.tool = name
+
+
+class ManifestDriftError(Denied):
+    def __init__(self, name: str, pinned: str, actual: str) -> None:
+        super().__init__(
+            f"tool '{name}' changed since it was pinned (pinned {pinned}, now {actual}); "
+            "review the new manifest and pin it again.",
+            reasons=("manifest drift",),
+        )
+        self.tool = name
+
+
+class PolicyDenied(Denied):
+    def __init__(self, tool: str, reasons: tuple[str, ...], policy_version: str) -> None:
+        super().__init__(
+            f"policy {policy_version} denies '{tool}': {'; '.join(reasons)}", reasons=reasons
+        )
+        self.tool = tool
+        self.policy_version = policy_version
+
+
+class ApprovalDenied(Denied):
+    def __init__(self, approval_id: str, tool: str, approver: str | None, reason: str | None):
+        super().__init__(
+            f"approval {approval_id} for '{tool}' was denied by {approver}"
+            + (f": {reason}" if reason else ""),
+            reasons=("approval denied",),
+        )
+        self.approval_id = approval_id
+        self.tool = tool
+        self.reason = reason
+
+
+class ApprovalInvalid(Denied):
+    """A grant exists but does not authorise this exact call."""
+
+
+class ApprovalExpired(ApprovalInvalid):
+    pass
+
+
+class ApprovalAlreadyUsed(ApprovalInvalid):
+    pass
+
+
+class ApproverNotAuthorized(ApprovalInvalid):
+    pass
+
+
+class InvalidArguments(TetherError, ValueError):
+    def __init__(self, tool: str, problems: list[str]) -> None:
+        super().__init__(f"arguments for '{tool}' do not match its schema: {'; '.join(problems)}")
+        self.tool = tool
+        self.problems = problems
+
+
+class BudgetExceeded(TetherError):
+    def __init__(self, kind: str, action: str, need: int, remaining: int) -> None:
+        super().__init__(
+            f"{kind} budget exhausted for '{action}': need {need}, remaining {remaining}"
+        )
+        self.kind = kind
+        self.action = action
+        self.need = need
+        self.remaining = remaining
+
+
+# The seed documents call it this; the alias keeps their code readable.
+BudgetExhaustedError = BudgetExceeded
+
+
+class ApprovalStateError(TetherError):
+    """An approval that cannot be decided: unknown, already decided, or expired."""
+
+
+class OperationConflict(TetherError):
+    def __init__(self, operation_key: str) -> None:
+        super().__init__(
+            f"operation key {operation_key} was already used with different arguments; "
+            "a new call needs a new call id"
+        )
+        self.operation_key = operation_key
+
+
+class InvalidTransition(TetherError):
+    def __init__(self, operation_key: str, current: str, target: str) -> None:
+        super().__init__(
+            f"effect {operation_key} cannot go from {current} to {target}; "
+            "this is a bug in the caller"
+        )
+
+
+class ToolFailed(TetherError):
+    def __init__(self, tool: str, operation_key: str, cause: BaseException) -> None:
+        super().__init__(f"tool '{tool}' failed ({operation_key}): {cause!r}")
+        self.tool = tool
+        self.operation_key = operation_key
+
+
+class OutcomeUnknown(TetherError):
+    def __init__(self, tool: str, operation_key: str) -> None:
+        super().__init__(
+            f"tool '{tool}' timed out ({operation_key}); whether it took effect is unknown "
+            "until the effect is reconciled"
+        )
+        self.tool = tool
+        self.operation_key = operation_key
+
+
+class StoreError(TetherError):
+    pass
+
+
+class StaleState(StoreError):
+    def __init__(self, run_id: str, expected: int, actual: int | None) -> None:
+        super().__init__(
+            f"run {run_id} was changed by someone else (expected version {expected}, "
+            f"found {actual}); reload the run and try again"
+        )
+        self.run_id = run_id
+
+
+class AuditIntegrityError(TetherError):
+    pass
+
+
+class SandboxError(TetherError):
+    pass
+
+
+class Signal(Exception):
+    """A control signal: something the caller must act on, not a failure."""
+
+
+class ApprovalRequired(Signal):
+    """The call needs a human decision; it has been persisted as a pending approval."""
+
+    def __init__(
+        self, approval_id: str, tool: str, arguments: dict[str, Any], expires_at: float
+    ) -> None:
+        super().__init__(
+            f"'{tool}' needs approval {approval_id} before it runs "
+            f"(tether approvals approve {approval_id} --approver NAME)"
+        )
+        self.approval_id = approval_id
+        self.action_name = tool
+        self.action_args = arguments
+        self.expires_at = expires_at
+
+
+# Seed 003's name for the same signal.
+HumanApprovalRequired = ApprovalRequired

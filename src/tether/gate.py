@@ -1,0 +1,576 @@
+"""The gate: the one pipeline every tool call passes (DESIGN section 1).
+
+A call is judged by pure steps (resolve, validate, screen, decide, budget), then the I/O
+steps: find a grant or ask for one, write ``dispatched`` durably, call the tool with its
+operation key, record the outcome. Every refusal is audited in the same transaction that
+records the step it used, and raised only after that transaction commits, so a rejected call
+leaves an intact audit trail and no half-written effect.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tether.approvals import Approval, ApprovalStatus, CallBinding, decide_request, verify_grant
+from tether.budget import Budget
+from tether.digest import canonical_json, digest
+from tether.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    ApprovalStateError,
+    Denied,
+    InvalidArguments,
+    OperationConflict,
+    OutcomeUnknown,
+    PolicyDenied,
+    StoreError,
+    TetherError,
+    ToolFailed,
+)
+from tether.ledger import Effect, EffectStatus, operation_key
+from tether.policy import Decision, Policy, Principal, Verdict, decide
+from tether.screening import redact, screen_arguments, screen_result
+from tether.store.base import RunRecord, Store, Tx
+from tether.tools import Registry, Tool
+
+Clock = Callable[[], float]
+EventListener = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """A call the agent proposes. ``call_id`` is unique within the run."""
+
+    call_id: str
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    tool_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a handler may return to name the outside system's record of the call."""
+
+    value: Any
+    external_reference: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    operation_key: str
+    status: EffectStatus
+    result: Any
+    text: str
+    replayed: bool
+    policy_decision: str
+    external_reference: str | None = None
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    """The part of a run's checkpoint the gate reads and writes."""
+
+    principal: Principal
+    budget: Budget
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, record: RunRecord) -> RunState:
+        data = json.loads(record.checkpoint_json)
+        return cls(
+            principal=Principal.from_dict(data["principal"]),
+            budget=Budget.from_dict(data["budget"]),
+            extra={k: v for k, v in data.items() if k not in ("principal", "budget")},
+        )
+
+    def dump(self) -> str:
+        return canonical_json(
+            {**self.extra, "principal": self.principal.to_dict(), "budget": self.budget.to_dict()}
+        )
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class Gate:
+    def __init__(
+        self,
+        registry: Registry,
+        policy: Policy | None,
+        store: Store,
+        *,
+        clock: Clock = time.time,
+    ) -> None:
+        self.registry = registry
+        self.policy = policy
+        self.store = store
+        self.clock = clock
+        self._listeners: list[EventListener] = []
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Receive each ``tool_effect_resolved`` event after its transaction commits."""
+        self._listeners.append(listener)
+
+    @property
+    def policy_version(self) -> str:
+        return self.policy.version if self.policy is not None else ""
+
+    # -- runs --------------------------------------------------------------------------------
+    def start_run(
+        self,
+        principal: Principal,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+        status: str = "running",
+    ) -> str:
+        run_id = run_id or new_id("run")
+        now = self.clock()
+        state = RunState(principal=principal, budget=budget or Budget())
+        record = RunRecord(
+            run_id=run_id,
+            state_version=1,
+            status=status,
+            principal_id=principal.subject,
+            tenant_id=principal.tenant,
+            policy_version=self.policy_version,
+            checkpoint_json=state.dump(),
+            created_at=now,
+            updated_at=now,
+        )
+        with self.store.transaction() as tx:
+            tx.insert_run(record)
+            tx.append_audit(
+                "run_started",
+                at=now,
+                run_id=run_id,
+                actor=principal.subject,
+                data={"principal": principal.to_dict(), "budget": state.budget.to_dict()},
+            )
+        return run_id
+
+    def run_state(self, run_id: str) -> RunState:
+        with self.store.read() as tx:
+            return RunState.load(_load_run(tx, run_id))
+
+    # -- the pipeline ------------------------------------------------------------------------
+    def call(self, run_id: str, call: ToolCall) -> Outcome:
+        """Judge and, if allowed, run one call. Raises a ``Denied`` or a signal otherwise."""
+        started = time.perf_counter()
+        now = self.clock()
+        with self.store.transaction() as tx:
+            verdict = self._admit(tx, run_id, call, now)
+        if isinstance(verdict, BaseException):
+            raise verdict
+        if isinstance(verdict, Outcome):
+            return verdict
+        return self._dispatch(verdict, started)
+
+    def _admit(
+        self, tx: Tx, run_id: str, call: ToolCall, now: float
+    ) -> _Admitted | Outcome | BaseException:
+        """Steps 1-7 in one transaction: either admitted (dispatched written), a replay, or a
+        refusal to raise once the audit entry recording it has committed."""
+        record = _load_run(tx, run_id)
+        state = RunState.load(record)
+        actor = state.principal.subject
+        base = {"call_id": call.call_id, "tool": call.tool}
+
+        def refuse(kind: str, error: BaseException, **data: Any) -> BaseException:
+            tx.append_audit(
+                kind, at=now, run_id=run_id, actor=actor, data={**base, **data, "error": str(error)}
+            )
+            return error
+
+        try:
+            budget = state.budget.step(call.tool)
+        except TetherError as e:
+            return refuse("budget_exceeded", e)
+        # From here on the step counts, whatever the outcome.
+        record = tx.update_run(_with_state(record, state, budget, now))
+        try:
+            tool = self.registry.resolve(call.tool, call.tool_version)
+            tool.validate(call.arguments)
+        except Denied as e:
+            return refuse("call_denied", e, reasons=list(e.reasons))
+        except InvalidArguments as e:
+            return refuse("call_invalid", e, problems=e.problems)
+
+        manifest = tool.manifest
+        arguments = dict(call.arguments)
+        safe_args, redactions = redact(arguments, manifest.sensitive_fields)
+        flags = screen_arguments(arguments)
+        decision = decide(self.policy, state.principal, manifest, arguments, flags)
+        base.update(tool_version=manifest.version, arguments=safe_args)
+        if decision.verdict is Verdict.DENY:
+            return refuse(
+                "call_denied",
+                PolicyDenied(call.tool, decision.reasons, decision.policy_version),
+                decision=decision.to_dict(),
+            )
+
+        key = operation_key(run_id, call.call_id, manifest.name, manifest.version)
+        binding = CallBinding(
+            run_id=run_id,
+            call_id=call.call_id,
+            tool=manifest.name,
+            tool_version=manifest.version,
+            tool_schema_digest=manifest.schema_digest,
+            arguments=arguments,
+            tenant=state.principal.tenant,
+            actor=actor,
+        )
+        existing = tx.get_effect(key)
+        if existing is not None:
+            if existing.argument_digest != binding.argument_digest:
+                return refuse("operation_conflict", OperationConflict(key), operation_key=key)
+            return self._replay(tx, existing, tool, actor, now)
+
+        try:
+            budget.check_spend(call.tool, manifest.cost)
+            budget.check_bytes(call.tool, 0 if budget.max_bytes is None else 1)
+        except TetherError as e:
+            return refuse("budget_exceeded", e)
+
+        label = "allow"
+        if decision.verdict is Verdict.ASK:
+            granted = self._grant(tx, binding, decision, actor, now, refuse)
+            if isinstance(granted, BaseException):
+                return granted
+            label = "allow_after_approval"
+
+        effect = Effect(
+            operation_key=key,
+            run_id=run_id,
+            call_id=call.call_id,
+            tool_name=manifest.name,
+            tool_version=manifest.version,
+            argument_digest=binding.argument_digest,
+            status=EffectStatus.DISPATCHED,
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        tx.insert_effect(effect)
+        budget = budget.spend(call.tool, manifest.cost)
+        record = tx.update_run(_with_state(record, state, budget, now))
+        tx.append_audit(
+            "effect_dispatched",
+            at=now,
+            run_id=run_id,
+            actor=actor,
+            data={**base, "operation_key": key, "policy_decision": label, "cost": manifest.cost},
+            redactions=redactions,
+        )
+        return _Admitted(
+            tool=tool,
+            effect=effect,
+            arguments=arguments,
+            decision=decision,
+            label=label,
+            step=budget.steps,
+            actor=actor,
+            flags=flags,
+        )
+
+    def _grant(
+        self,
+        tx: Tx,
+        binding: CallBinding,
+        decision: Decision,
+        actor: str,
+        now: float,
+        refuse: Callable[..., BaseException],
+    ) -> Approval | BaseException:
+        """Step 6: use a grant bound to this call, or persist a request and signal."""
+        assert self.policy is not None  # an ask verdict needs a policy
+        found = tx.find_approval(binding.run_id, binding.call_id)
+        if found is not None and found.status is ApprovalStatus.PENDING and now > found.expires_at:
+            found = self._expire(tx, found, now)
+        if found is not None and found.status is ApprovalStatus.DENIED:
+            return refuse(
+                "call_denied",
+                ApprovalDenied(found.approval_id, found.tool, found.approver, found.reason),
+                approval_id=found.approval_id,
+            )
+        if (
+            found is not None
+            and found.status is ApprovalStatus.PENDING
+            and found.call_digest == binding.call_digest
+        ):
+            return ApprovalRequired(
+                found.approval_id, binding.tool, dict(binding.arguments), found.expires_at
+            )
+        if (
+            found is None
+            or found.status is ApprovalStatus.EXPIRED
+            or (found.status is ApprovalStatus.PENDING)
+        ):
+            request = Approval.request(
+                new_id("apr"),
+                binding,
+                policy_version=decision.policy_version,
+                now=now,
+                ttl_s=self.policy.approval_ttl_s,
+            )
+            tx.insert_approval(request)
+            tx.append_audit(
+                "approval_requested",
+                at=now,
+                run_id=binding.run_id,
+                actor=actor,
+                data={**_approval_audit(request), "reasons": list(decision.reasons)},
+            )
+            return ApprovalRequired(
+                request.approval_id, binding.tool, dict(binding.arguments), request.expires_at
+            )
+        try:
+            verify_grant(
+                found,
+                binding,
+                policy_version=decision.policy_version,
+                authorized=self.policy.approvers_for(binding.tool),
+                now=now,
+            )
+        except Denied as e:
+            return refuse("call_denied", e, approval_id=found.approval_id, reasons=list(e.reasons))
+        used = _replace_approval(found, status=ApprovalStatus.USED, used_at=now)
+        tx.update_approval(used, ApprovalStatus.APPROVED)
+        return used
+
+    def _replay(
+        self, tx: Tx, effect: Effect, tool: Tool, actor: str, now: float
+    ) -> Outcome | BaseException:
+        tx.append_audit(
+            "effect_replayed",
+            at=now,
+            run_id=effect.run_id,
+            actor=actor,
+            data={"operation_key": effect.operation_key, "status": effect.status.value},
+        )
+        if effect.status.took_effect:
+            value = json.loads(effect.result_json) if effect.result_json is not None else None
+            return Outcome(
+                operation_key=effect.operation_key,
+                status=effect.status,
+                result=value,
+                text=screen_result(value, tool.manifest.max_result_bytes).text,
+                replayed=True,
+                policy_decision="replay",
+                external_reference=effect.external_reference,
+            )
+        if effect.status is EffectStatus.FAILED:
+            return ToolFailed(effect.tool_name, effect.operation_key, RuntimeError(effect.error))
+        return OutcomeUnknown(effect.tool_name, effect.operation_key)
+
+    def _dispatch(self, admitted: _Admitted, started: float) -> Outcome:
+        """Steps 8-10: call the tool with its key, then record what happened."""
+        tool, effect = admitted.tool, admitted.effect
+        failure: BaseException | None = None
+        value: Any = None
+        reference: str | None = None
+        try:
+            raw = _invoke(tool, admitted.arguments, effect.operation_key)
+            value, reference = _unwrap(raw)
+            target = EffectStatus.COMMITTED
+        except TimeoutError:
+            target = EffectStatus.UNKNOWN
+            failure = OutcomeUnknown(tool.name, effect.operation_key)
+        except Exception as e:
+            target = EffectStatus.FAILED
+            failure = ToolFailed(tool.name, effect.operation_key, e)
+
+        safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
+        screened = screen_result(safe_value, tool.manifest.max_result_bytes)
+        result_json = canonical_json(safe_value) if target is EffectStatus.COMMITTED else None
+        now = self.clock()
+        resolved = effect.advance(
+            target,
+            now,
+            result_json=result_json,
+            result_digest=digest(safe_value) if result_json is not None else None,
+            external_reference=reference,
+            error=None if failure is None else repr(failure.__cause__ or failure),
+        )
+        _, arg_redactions = redact(admitted.arguments, tool.manifest.sensitive_fields)
+        redactions = sorted(set(arg_redactions) | set(result_redactions))
+        event: dict[str, Any] = {
+            "event": "tool_effect_resolved",
+            "run_id": effect.run_id,
+            "step_id": f"step-{admitted.step}",
+            "call_id": effect.call_id,
+            "operation_key": effect.operation_key,
+            "tool": tool.name,
+            "tool_version": effect.tool_version,
+            "policy_version": admitted.decision.policy_version,
+            "policy_decision": admitted.label,
+            "effect_status": target.value,
+            "result_digest": resolved.result_digest,
+            "external_reference": reference,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+            "redactions": redactions,
+        }
+        with self.store.transaction() as tx:
+            tx.update_effect(resolved, EffectStatus.DISPATCHED)
+            if target is EffectStatus.COMMITTED and len(screened.text) > 0:
+                record = _load_run(tx, effect.run_id)
+                state = RunState.load(record)
+                if state.budget.max_bytes is not None:
+                    budget = state.budget.add_bytes(len(screened.text.encode()))
+                    tx.update_run(_with_state(record, state, budget, now))
+            tx.append_audit(
+                "tool_effect_resolved",
+                at=now,
+                run_id=effect.run_id,
+                actor=admitted.actor,
+                data=event,
+                redactions=redactions,
+            )
+        for listener in self._listeners:
+            listener(event)
+        if failure is not None:
+            raise failure
+        return Outcome(
+            operation_key=effect.operation_key,
+            status=target,
+            result=value,
+            text=screened.text,
+            replayed=False,
+            policy_decision=admitted.label,
+            external_reference=reference,
+            flags=admitted.flags + screened.flags,
+        )
+
+    # -- human decisions ---------------------------------------------------------------------
+    def approve(self, approval_id: str, approver: str, *, reason: str | None = None) -> Approval:
+        return self._decide(approval_id, approver, approve=True, reason=reason)
+
+    def deny(self, approval_id: str, approver: str, *, reason: str | None = None) -> Approval:
+        return self._decide(approval_id, approver, approve=False, reason=reason)
+
+    def _decide(
+        self, approval_id: str, approver: str, *, approve: bool, reason: str | None
+    ) -> Approval:
+        if self.policy is None:
+            raise ApprovalStateError("no policy is loaded, so no one is authorised to approve")
+        now = self.clock()
+        error: BaseException | None = None
+        with self.store.transaction() as tx:
+            approval = tx.get_approval(approval_id)
+            if approval is None:
+                raise ApprovalStateError(
+                    f"no approval {approval_id}; list pending ones with `tether approvals list`"
+                )
+            if approval.status is ApprovalStatus.PENDING and now > approval.expires_at:
+                self._expire(tx, approval, now)
+                error = ApprovalStateError(
+                    f"approval {approval_id} expired; the call must be proposed again"
+                )
+            elif approval.policy_version != self.policy.version:
+                raise ApprovalStateError(
+                    f"approval {approval_id} was requested under policy "
+                    f"{approval.policy_version}, but policy {self.policy.version} is in force; "
+                    "the call must be proposed again"
+                )
+            else:
+                decided = decide_request(
+                    approval,
+                    approve=approve,
+                    approver=approver,
+                    authorized=self.policy.approvers_for(approval.tool),
+                    now=now,
+                    reason=reason,
+                )
+                tx.update_approval(decided, ApprovalStatus.PENDING)
+                tx.append_audit(
+                    "approval_granted" if approve else "approval_denied",
+                    at=now,
+                    run_id=approval.run_id,
+                    actor=approver,
+                    data={**_approval_audit(decided), "reason": reason},
+                )
+        if error is not None:
+            raise error
+        return decided
+
+    def _expire(self, tx: Tx, approval: Approval, now: float) -> Approval:
+        expired = _replace_approval(approval, status=ApprovalStatus.EXPIRED)
+        tx.update_approval(expired, ApprovalStatus.PENDING)
+        tx.append_audit(
+            "approval_expired", at=now, run_id=approval.run_id, data=_approval_audit(expired)
+        )
+        return expired
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Admitted:
+    tool: Tool
+    effect: Effect
+    arguments: dict[str, Any]
+    decision: Decision
+    label: str
+    step: int
+    actor: str
+    flags: tuple[str, ...]
+
+
+def _load_run(tx: Tx, run_id: str) -> RunRecord:
+    record = tx.get_run(run_id)
+    if record is None:
+        raise StoreError(f"no run {run_id}; start one with Gate.start_run or `tether run`")
+    return record
+
+
+def _with_state(record: RunRecord, state: RunState, budget: Budget, now: float) -> RunRecord:
+    return replace(
+        record,
+        checkpoint_json=RunState(
+            principal=state.principal, budget=budget, extra=state.extra
+        ).dump(),
+        updated_at=now,
+    )
+
+
+def _replace_approval(approval: Approval, **changes: Any) -> Approval:
+    return replace(approval, **changes)
+
+
+def _approval_audit(approval: Approval) -> dict[str, Any]:
+    data = approval.to_dict()
+    data.pop("arguments")
+    return data
+
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    timeout = tool.manifest.timeout_s
+    if timeout is None:
+        return tool.invoke(arguments, key)
+    # A thread lets the gate stop waiting; it cannot stop the tool, which is exactly why a
+    # timeout is recorded as "unknown" rather than "failed".
+    global _executor
+    if _executor is None:
+        _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="tether-tool")
+    future = _executor.submit(tool.invoke, arguments, key)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def _unwrap(raw: Any) -> tuple[Any, str | None]:
+    if isinstance(raw, Result):
+        return raw.value, raw.external_reference
+    if isinstance(raw, Mapping) and isinstance(raw.get("external_reference"), str):
+        return dict(raw), raw["external_reference"]
+    return raw, None

@@ -1,0 +1,114 @@
+"""The effect ledger's vocabulary: operation keys, effect records and their state machine.
+
+    prepared -> dispatched -> committed | failed | unknown
+    unknown  -> reconciled_committed | reconciled_absent
+
+``dispatched`` is written durably *before* the tool is called, so after a crash the ledger
+knows which calls may have happened. A timeout is ``unknown``, never ``failed``: we do not
+know whether the outside world changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from tether.errors import InvalidTransition
+
+
+class EffectStatus(StrEnum):
+    PREPARED = "prepared"
+    DISPATCHED = "dispatched"
+    COMMITTED = "committed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RECONCILED_COMMITTED = "reconciled_committed"
+    RECONCILED_ABSENT = "reconciled_absent"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def took_effect(self) -> bool:
+        return self in (EffectStatus.COMMITTED, EffectStatus.RECONCILED_COMMITTED)
+
+
+_TERMINAL = frozenset(
+    {
+        EffectStatus.COMMITTED,
+        EffectStatus.FAILED,
+        EffectStatus.RECONCILED_COMMITTED,
+        EffectStatus.RECONCILED_ABSENT,
+    }
+)
+
+TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
+    EffectStatus.PREPARED: frozenset({EffectStatus.DISPATCHED}),
+    EffectStatus.DISPATCHED: frozenset(
+        {EffectStatus.COMMITTED, EffectStatus.FAILED, EffectStatus.UNKNOWN}
+    ),
+    EffectStatus.UNKNOWN: frozenset(
+        {EffectStatus.RECONCILED_COMMITTED, EffectStatus.RECONCILED_ABSENT}
+    ),
+    EffectStatus.COMMITTED: frozenset(),
+    EffectStatus.FAILED: frozenset(),
+    EffectStatus.RECONCILED_COMMITTED: frozenset(),
+    EffectStatus.RECONCILED_ABSENT: frozenset(),
+}
+
+
+def operation_key(run_id: str, call_id: str, tool: str, tool_version: str) -> str:
+    return f"{run_id}:{call_id}:{tool}:{tool_version}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Effect:
+    """One row of the ledger (seed 000 ``agent_effects`` plus timestamps and attempts)."""
+
+    operation_key: str
+    run_id: str
+    call_id: str
+    tool_name: str
+    tool_version: str
+    argument_digest: str
+    status: EffectStatus
+    result_digest: str | None = None
+    external_reference: str | None = None
+    result_json: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def advance(self, target: EffectStatus, now: float, **changes: Any) -> Effect:
+        """The effect in ``target`` state; raises on a transition the machine forbids."""
+        if target not in TRANSITIONS[self.status]:
+            raise InvalidTransition(self.operation_key, self.status.value, target.value)
+        return replace(self, status=target, updated_at=now, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operation_key": self.operation_key,
+            "run_id": self.run_id,
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "tool_version": self.tool_version,
+            "argument_digest": self.argument_digest,
+            "status": self.status.value,
+            "result_digest": self.result_digest,
+            "external_reference": self.external_reference,
+            "result_json": self.result_json,
+            "error": self.error,
+            "attempts": self.attempts,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Effect:
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        fields["status"] = EffectStatus(data["status"])
+        return cls(**fields)

@@ -1,0 +1,62 @@
+"""The model side of a run: messages, the calls a model proposes, and the ``Model`` protocol.
+
+Adapters for real providers live beside this module; the ``ScriptedModel`` ships in the
+library so tests and demos drive agents without a network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelToolCall:
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [tc.to_dict() for tc in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content", ""),
+            tool_calls=tuple(
+                ModelToolCall(id=tc["id"], name=tc["name"], arguments=tc.get("arguments", {}))
+                for tc in data.get("tool_calls", ())
+            ),
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+class Model(Protocol):
+    """Anything that answers a conversation with a message, possibly proposing tool calls."""
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> Message: ...
+
+
+__all__ = ["Message", "Model", "ModelToolCall", "Role"]

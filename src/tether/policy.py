@@ -1,0 +1,249 @@
+"""Who may call what: principals, the versioned policy, and the pure decision.
+
+``decide`` does no I/O and has no clock: the same call, principal, manifest and policy always
+give the same decision, with every reason that led to it. Deny beats ask beats allow, and
+irreversible tools always ask, whatever a policy file says — a typo in a file must not be able
+to make "delete everything" run unattended.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from tether.errors import ConfigurationError
+from tether.tools import Manifest, Risk
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+_SEVERITY = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.DENY: 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    subject: str
+    tenant: str
+    scopes: frozenset[str] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "tenant": self.tenant, "scopes": sorted(self.scopes)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Principal:
+        return cls(subject=data["subject"], tenant=data["tenant"], scopes=frozenset(data["scopes"]))
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "in": lambda a, b: a in b,
+    "not_in": lambda a, b: a not in b,
+    "matches": lambda a, b: isinstance(a, str) and re.fullmatch(b, a) is not None,
+}
+
+ConstraintOp = Literal["<", "<=", ">", ">=", "==", "!=", "in", "not_in", "matches"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraint:
+    """A condition one argument must meet, e.g. ``amount <= 1000``."""
+
+    argument: str
+    op: ConstraintOp
+    value: Any
+
+    def violation(self, arguments: Mapping[str, Any]) -> str | None:
+        if self.argument not in arguments:
+            return f"argument '{self.argument}' is required by the policy"
+        actual = arguments[self.argument]
+        try:
+            ok = _OPS[self.op](actual, self.value)
+        except TypeError:
+            ok = False
+        if ok:
+            return None
+        return f"argument '{self.argument}'={actual!r} breaks '{self.op} {self.value!r}'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolRule:
+    verdict: Verdict | None = None
+    constraints: tuple[Constraint, ...] = ()
+    approvers: frozenset[str] | None = None
+
+
+DEFAULT_TIERS: Mapping[Risk, Verdict] = {
+    Risk.READ: Verdict.ALLOW,
+    Risk.SENSITIVE_READ: Verdict.ALLOW,
+    Risk.WRITE: Verdict.ASK,
+    Risk.ADMIN: Verdict.ASK,
+    Risk.IRREVERSIBLE: Verdict.ASK,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    version: str
+    approvers: frozenset[str] = frozenset()
+    tiers: Mapping[Risk, Verdict] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    tools: Mapping[str, ToolRule] = field(default_factory=dict)
+    approval_ttl_s: float = 3600.0
+    on_injection: Verdict = Verdict.DENY
+
+    def approvers_for(self, tool: str) -> frozenset[str]:
+        rule = self.tools.get(tool)
+        if rule is not None and rule.approvers is not None:
+            return rule.approvers
+        return self.approvers
+
+    @classmethod
+    def from_toml(cls, source: str | Path) -> Policy:
+        """Load a policy file; ``source`` is a path or the TOML text itself."""
+        text = Path(source).read_text() if isinstance(source, Path) else source
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigurationError(f"policy file is not valid TOML: {e}") from e
+        try:
+            spec = _PolicyFile.model_validate(raw)
+        except pydantic.ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+            )
+            raise ConfigurationError(f"policy file is invalid: {problems}") from e
+        return spec.to_policy()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    policy_version: str
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict is Verdict.ALLOW
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "policy_version": self.policy_version,
+        }
+
+
+def decide(
+    policy: Policy | None,
+    principal: Principal,
+    manifest: Manifest | None,
+    arguments: Mapping[str, Any],
+    flags: tuple[str, ...] = (),
+) -> Decision:
+    """The policy's verdict on one proposed call, with every reason behind it."""
+    if policy is None:
+        return Decision(verdict=Verdict.DENY, reasons=("no policy loaded",), policy_version="")
+    version = policy.version
+    if manifest is None:
+        return Decision(verdict=Verdict.DENY, reasons=("unknown tool",), policy_version=version)
+
+    denials = _denials(policy, principal, manifest, arguments)
+    if denials:
+        return Decision(verdict=Verdict.DENY, reasons=tuple(denials), policy_version=version)
+
+    rule = policy.tools.get(manifest.name)
+    if rule is not None and rule.verdict is not None:
+        verdict, reasons = rule.verdict, [f"tool rule '{manifest.name}': {rule.verdict.value}"]
+    else:
+        verdict = policy.tiers.get(manifest.risk, Verdict.DENY)
+        reasons = [f"tier {manifest.risk.value}: {verdict.value}"]
+    if manifest.risk is Risk.IRREVERSIBLE and verdict is Verdict.ALLOW:
+        verdict = Verdict.ASK
+        reasons.append("irreversible tools always need approval")
+    if flags:
+        reasons.extend(f"screening: {f}" for f in flags)
+        verdict = max(verdict, policy.on_injection, key=_SEVERITY.__getitem__)
+    return Decision(verdict=verdict, reasons=tuple(reasons), policy_version=version)
+
+
+def _denials(
+    policy: Policy, principal: Principal, manifest: Manifest, arguments: Mapping[str, Any]
+) -> list[str]:
+    denials: list[str] = []
+    scope = manifest.required_scope
+    if scope is not None and scope not in principal.scopes:
+        denials.append(f"missing scope {scope}")
+    if "tenant" in arguments and arguments["tenant"] != principal.tenant:
+        denials.append(
+            f"argument tenant {arguments['tenant']!r} is not the principal's "
+            f"tenant {principal.tenant!r}"
+        )
+    if manifest.allowed_tenants is not None and principal.tenant not in manifest.allowed_tenants:
+        denials.append(f"tenant {principal.tenant!r} is not allowed to use this tool")
+    rule = policy.tools.get(manifest.name)
+    if rule is not None:
+        for constraint in rule.constraints:
+            problem = constraint.violation(arguments)
+            if problem is not None:
+                denials.append(problem)
+    return denials
+
+
+class _ConstraintSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    argument: str
+    op: ConstraintOp
+    value: Any
+
+
+class _ToolSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    decision: Verdict | None = None
+    approvers: list[str] | None = None
+    constraints: list[_ConstraintSpec] = []
+
+
+class _PolicyFile(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    version: str
+    approvers: list[str] = []
+    approval_ttl_seconds: float = pydantic.Field(default=3600.0, gt=0)
+    on_injection: Verdict = Verdict.DENY
+    tiers: dict[Risk, Verdict] = {}
+    tools: dict[str, _ToolSpec] = {}
+
+    def to_policy(self) -> Policy:
+        return Policy(
+            version=self.version,
+            approvers=frozenset(self.approvers),
+            tiers={**DEFAULT_TIERS, **self.tiers},
+            tools={
+                name: ToolRule(
+                    verdict=spec.decision,
+                    approvers=frozenset(spec.approvers) if spec.approvers is not None else None,
+                    constraints=tuple(
+                        Constraint(argument=c.argument, op=c.op, value=c.value)
+                        for c in spec.constraints
+                    ),
+                )
+                for name, spec in self.tools.items()
+            },
+            approval_ttl_s=self.approval_ttl_seconds,
+            on_injection=self.on_injection,
+        )

@@ -1,0 +1,58 @@
+"""Seed 003's ``sandboxed_eval`` on pydantic-monty.
+
+Monty runs Python in a separate worker process with its own interpreter written in Rust: no
+file system, network or host imports unless the host grants them, and hard limits on time and
+memory enforced by the worker. We chose it over RestrictedPython (same process, no time or
+memory limits) and simpleeval (expressions only, no memory limit) because a sandbox that can
+be made to loop forever or eat the host's memory is not a sandbox.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_monty
+
+from tether.errors import SandboxError
+
+_pool: Any = None
+_lock = threading.Lock()
+
+
+def _workers() -> Any:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = pydantic_monty.Monty()
+            _pool.__enter__()
+            atexit.register(_shutdown)
+        return _pool
+
+
+def _shutdown() -> None:
+    global _pool
+    with _lock:
+        if _pool is not None:
+            _pool.__exit__(None, None, None)
+            _pool = None
+
+
+def sandboxed_eval(
+    code: str,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    time_limit_s: float = 1.0,
+    memory_limit_bytes: int = 16 * 1024 * 1024,
+) -> Any:
+    """Evaluate ``code`` (an expression, or statements ending in one) in the sandbox."""
+    limits = pydantic_monty.ResourceLimits(
+        max_feed_duration_secs=time_limit_s, max_memory=memory_limit_bytes
+    )
+    try:
+        with _workers().checkout(limits=limits) as session:
+            return session.feed_run(code, inputs=dict(inputs or {}))
+    except pydantic_monty.MontyError as e:
+        raise SandboxError(f"sandboxed code failed: {e}") from e

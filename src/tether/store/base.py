@@ -1,0 +1,206 @@
+"""The store contract every backend implements, and the records it holds.
+
+All writes happen inside ``Store.transaction()``: the gate changes an effect, a run and an
+approval, and appends the audit entry recording it, in one transaction (invariant I4), so a
+crash leaves either all of it or none. Backends implement the small ``_``-prefixed primitives;
+the rules (compare-and-swap on run versions, status checks on effects and approvals, chaining
+audit entries) live here once, so every backend enforces them the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.audit import AuditEntry, AuditHead, AuditReport, make_entry, verify_chain
+from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
+from tether.ledger import Effect, EffectStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """Seed 000's ``agent_runs`` row, plus timestamps."""
+
+    run_id: str
+    state_version: int
+    status: str
+    principal_id: str
+    tenant_id: str
+    policy_version: str
+    checkpoint_json: str
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "state_version": self.state_version,
+            "status": self.status,
+            "principal_id": self.principal_id,
+            "tenant_id": self.tenant_id,
+            "policy_version": self.policy_version,
+            "checkpoint_json": self.checkpoint_json,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+class Tx(abc.ABC):
+    """One open transaction. Public methods enforce the contract; backends fill in the rest."""
+
+    # -- runs --------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def insert_run(self, run: RunRecord) -> None:
+        if self.get_run(run.run_id) is not None:
+            raise StoreError(f"run {run.run_id} already exists; choose another run id")
+        self._insert_run(run)
+
+    def update_run(self, run: RunRecord) -> RunRecord:
+        """Write ``run`` if the stored version is still ``run.state_version``; bump it (I6)."""
+        new = replace(run, state_version=run.state_version + 1)
+        if not self._cas_run(new, run.state_version):
+            current = self.get_run(run.run_id)
+            raise StaleState(
+                run.run_id, run.state_version, None if current is None else current.state_version
+            )
+        return new
+
+    # -- effects -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_effect(self, operation_key: str) -> Effect | None: ...
+
+    def insert_effect(self, effect: Effect) -> None:
+        if self.get_effect(effect.operation_key) is not None:
+            raise OperationConflict(effect.operation_key)
+        self._insert_effect(effect)
+
+    def update_effect(self, effect: Effect, expected: EffectStatus) -> None:
+        if not self._cas_effect(effect, expected):
+            current = self.get_effect(effect.operation_key)
+            raise InvalidTransition(
+                effect.operation_key,
+                "missing" if current is None else current.status.value,
+                effect.status.value,
+            )
+
+    # -- approvals ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_approval(self, approval_id: str) -> Approval | None: ...
+
+    @abc.abstractmethod
+    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
+        """The most recent approval requested for this call, if any."""
+
+    def insert_approval(self, approval: Approval) -> None:
+        if self.get_approval(approval.approval_id) is not None:
+            raise StoreError(f"approval {approval.approval_id} already exists")
+        self._insert_approval(approval)
+
+    def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
+        if not self._cas_approval(approval, expected):
+            raise StoreError(
+                f"approval {approval.approval_id} changed while it was being decided; "
+                "list it again and retry"
+            )
+
+    # -- audit -------------------------------------------------------------------------------
+    def append_audit(
+        self,
+        kind: str,
+        *,
+        at: float,
+        run_id: str | None = None,
+        actor: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        redactions: tuple[str, ...] | list[str] = (),
+    ) -> AuditEntry:
+        entry = make_entry(
+            self._audit_head(),
+            at=at,
+            kind=kind,
+            run_id=run_id,
+            actor=actor,
+            data=data or {},
+            redactions=redactions,
+        )
+        self._insert_audit(entry)
+        self._set_audit_head(AuditHead(entry.seq, entry.hash))
+        return entry
+
+    # -- backend primitives ------------------------------------------------------------------
+    @abc.abstractmethod
+    def _insert_run(self, run: RunRecord) -> None: ...
+
+    @abc.abstractmethod
+    def _cas_run(self, run: RunRecord, expected_version: int) -> bool: ...
+
+    @abc.abstractmethod
+    def _insert_effect(self, effect: Effect) -> None: ...
+
+    @abc.abstractmethod
+    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool: ...
+
+    @abc.abstractmethod
+    def _insert_approval(self, approval: Approval) -> None: ...
+
+    @abc.abstractmethod
+    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool: ...
+
+    @abc.abstractmethod
+    def _audit_head(self) -> AuditHead | None: ...
+
+    @abc.abstractmethod
+    def _insert_audit(self, entry: AuditEntry) -> None: ...
+
+    @abc.abstractmethod
+    def _set_audit_head(self, head: AuditHead) -> None: ...
+
+
+class Store(abc.ABC):
+    """A durable home for runs, effects, approvals and the audit log."""
+
+    url: str
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractContextManager[Tx]:
+        """A transaction: committed when the block ends, rolled back if it raises."""
+
+    def read(self) -> AbstractContextManager[Tx]:
+        """A transaction for reading; backends may make it cheaper than a write."""
+        return self.transaction()
+
+    @abc.abstractmethod
+    def list_runs(self, status: str | None = None) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    def list_effects(self, run_id: str | None = None) -> list[Effect]: ...
+
+    @abc.abstractmethod
+    def list_approvals(
+        self, status: ApprovalStatus | None = None, run_id: str | None = None
+    ) -> list[Approval]: ...
+
+    @abc.abstractmethod
+    def audit_entries(self) -> Iterator[AuditEntry]:
+        """Every audit entry in stored order (by sequence number)."""
+
+    @abc.abstractmethod
+    def audit_head(self) -> AuditHead | None: ...
+
+    def verify_audit(self) -> AuditReport:
+        return verify_chain(self.audit_entries(), self.audit_head())
+
+    def close(self) -> None:  # noqa: B027 - optional for backends with nothing to release
+        """Release connections; the store must not be used afterwards."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

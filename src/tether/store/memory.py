@@ -1,0 +1,134 @@
+"""The in-memory reference store: the contract at its simplest, for tests and examples.
+
+A transaction holds a lock and keeps copies of the tables as they were when it began; rolling
+back puts them back. Records are frozen, so shallow copies are enough.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.audit import AuditEntry, AuditHead
+from tether.ledger import Effect, EffectStatus
+from tether.store.base import RunRecord, Store, Tx
+
+
+class _Tables:
+    def __init__(self) -> None:
+        self.runs: dict[str, RunRecord] = {}
+        self.effects: dict[str, Effect] = {}
+        self.approvals: dict[str, Approval] = {}
+        self.audit: list[AuditEntry] = []
+        self.head: AuditHead | None = None
+
+    def copy(self) -> _Tables:
+        t = _Tables()
+        t.runs, t.effects, t.approvals = dict(self.runs), dict(self.effects), dict(self.approvals)
+        t.audit, t.head = list(self.audit), self.head
+        return t
+
+
+class MemoryTx(Tx):
+    def __init__(self, tables: _Tables) -> None:
+        self.t = tables
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        return self.t.runs.get(run_id)
+
+    def get_effect(self, operation_key: str) -> Effect | None:
+        return self.t.effects.get(operation_key)
+
+    def get_approval(self, approval_id: str) -> Approval | None:
+        return self.t.approvals.get(approval_id)
+
+    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
+        found = [a for a in self.t.approvals.values() if (a.run_id, a.call_id) == (run_id, call_id)]
+        return max(found, key=lambda a: a.created_at) if found else None
+
+    def _insert_run(self, run: RunRecord) -> None:
+        self.t.runs[run.run_id] = run
+
+    def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
+        current = self.t.runs.get(run.run_id)
+        if current is None or current.state_version != expected_version:
+            return False
+        self.t.runs[run.run_id] = run
+        return True
+
+    def _insert_effect(self, effect: Effect) -> None:
+        self.t.effects[effect.operation_key] = effect
+
+    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
+        current = self.t.effects.get(effect.operation_key)
+        if current is None or current.status is not expected:
+            return False
+        self.t.effects[effect.operation_key] = effect
+        return True
+
+    def _insert_approval(self, approval: Approval) -> None:
+        self.t.approvals[approval.approval_id] = approval
+
+    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
+        current = self.t.approvals.get(approval.approval_id)
+        if current is None or current.status is not expected:
+            return False
+        self.t.approvals[approval.approval_id] = approval
+        return True
+
+    def _audit_head(self) -> AuditHead | None:
+        return self.t.head
+
+    def _insert_audit(self, entry: AuditEntry) -> None:
+        self.t.audit.append(entry)
+
+    def _set_audit_head(self, head: AuditHead) -> None:
+        self.t.head = head
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self.url = "memory://"
+        self._tables = _Tables()
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._lock:
+            before = self._tables.copy()
+            try:
+                yield MemoryTx(self._tables)
+            except BaseException:
+                self._tables = before
+                raise
+
+    def list_runs(self, status: str | None = None) -> list[RunRecord]:
+        with self._lock:
+            runs = sorted(self._tables.runs.values(), key=lambda r: (r.created_at, r.run_id))
+        return [r for r in runs if status is None or r.status == status]
+
+    def list_effects(self, run_id: str | None = None) -> list[Effect]:
+        with self._lock:
+            effects = sorted(self._tables.effects.values(), key=lambda e: e.created_at)
+        return [e for e in effects if run_id is None or e.run_id == run_id]
+
+    def list_approvals(
+        self, status: ApprovalStatus | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        with self._lock:
+            found = sorted(self._tables.approvals.values(), key=lambda a: a.created_at)
+        return [
+            a
+            for a in found
+            if (status is None or a.status is status) and (run_id is None or a.run_id == run_id)
+        ]
+
+    def audit_entries(self) -> Iterator[AuditEntry]:
+        with self._lock:
+            entries = list(self._tables.audit)
+        return iter(entries)
+
+    def audit_head(self) -> AuditHead | None:
+        return self._tables.head

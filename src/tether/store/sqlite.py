@@ -1,0 +1,433 @@
+"""The embedded default store: one SQLite file in WAL mode.
+
+``synchronous=FULL`` is the default: a committed ``dispatched`` row must survive a power cut,
+or a restart could run a side effect twice. ``?synchronous=normal`` in the URL opts into
+surviving process crashes only. Write transactions start with ``BEGIN IMMEDIATE`` so two
+processes never both read a run and then both try to write it; the loser waits up to
+``busy_timeout`` and then gets a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.audit import AuditEntry, AuditHead
+from tether.digest import canonical_json
+from tether.errors import ConfigurationError, StoreError
+from tether.ledger import Effect, EffectStatus
+from tether.store.base import RunRecord, Store, Tx
+
+# Position in this list is the schema version; append, never edit.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE agent_runs (
+        run_id TEXT PRIMARY KEY,
+        state_version INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        tenant_id TEXT NOT NULL,
+        policy_version TEXT NOT NULL,
+        checkpoint_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX agent_runs_status ON agent_runs (status);
+    CREATE TABLE agent_effects (
+        operation_key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        tool_version TEXT NOT NULL,
+        argument_digest TEXT NOT NULL,
+        status TEXT NOT NULL,
+        result_digest TEXT,
+        external_reference TEXT,
+        result_json TEXT,
+        error TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX agent_effects_run ON agent_effects (run_id);
+    CREATE TABLE approvals (
+        approval_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        record_json TEXT NOT NULL
+    );
+    CREATE INDEX approvals_call ON approvals (run_id, call_id);
+    CREATE INDEX approvals_status ON approvals (status);
+    CREATE TABLE audit_log (
+        seq INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        run_id TEXT,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX audit_log_run ON audit_log (run_id);
+    CREATE TABLE audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    );
+    """,
+]
+
+_EFFECT_COLUMNS = (
+    "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
+    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at"
+)
+_RUN_COLUMNS = (
+    "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
+    "created_at, updated_at"
+)
+
+
+def _effect(row: tuple[Any, ...]) -> Effect:
+    return Effect(
+        operation_key=row[0],
+        run_id=row[1],
+        call_id=row[2],
+        tool_name=row[3],
+        tool_version=row[4],
+        argument_digest=row[5],
+        status=EffectStatus(row[6]),
+        result_digest=row[7],
+        external_reference=row[8],
+        result_json=row[9],
+        error=row[10],
+        attempts=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+    )
+
+
+def _effect_row(e: Effect) -> tuple[Any, ...]:
+    return (
+        e.operation_key,
+        e.run_id,
+        e.call_id,
+        e.tool_name,
+        e.tool_version,
+        e.argument_digest,
+        e.status.value,
+        e.result_digest,
+        e.external_reference,
+        e.result_json,
+        e.error,
+        e.attempts,
+        e.created_at,
+        e.updated_at,
+    )
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        state_version=row[1],
+        status=row[2],
+        principal_id=row[3],
+        tenant_id=row[4],
+        policy_version=row[5],
+        checkpoint_json=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+    )
+
+
+def _approval(row: tuple[Any, ...] | None) -> Approval | None:
+    return None if row is None else Approval.from_dict(json.loads(row[0]))
+
+
+class SQLiteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self.c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else _run(row)
+
+    def get_effect(self, operation_key: str) -> Effect | None:
+        row = self.c.execute(
+            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = ?",
+            (operation_key,),
+        ).fetchone()
+        return None if row is None else _effect(row)
+
+    def get_approval(self, approval_id: str) -> Approval | None:
+        return _approval(
+            self.c.execute(
+                "SELECT record_json FROM approvals WHERE approval_id = ?", (approval_id,)
+            ).fetchone()
+        )
+
+    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
+        return _approval(
+            self.c.execute(
+                "SELECT record_json FROM approvals WHERE run_id = ? AND call_id = ? "
+                "ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                (run_id, call_id),
+            ).fetchone()
+        )
+
+    def _insert_run(self, run: RunRecord) -> None:
+        self.c.execute(
+            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.run_id,
+                run.state_version,
+                run.status,
+                run.principal_id,
+                run.tenant_id,
+                run.policy_version,
+                run.checkpoint_json,
+                run.created_at,
+                run.updated_at,
+            ),
+        )
+
+    def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
+        cur = self.c.execute(
+            "UPDATE agent_runs SET state_version = ?, status = ?, policy_version = ?, "
+            "checkpoint_json = ?, updated_at = ? WHERE run_id = ? AND state_version = ?",
+            (
+                run.state_version,
+                run.status,
+                run.policy_version,
+                run.checkpoint_json,
+                run.updated_at,
+                run.run_id,
+                expected_version,
+            ),
+        )
+        return cur.rowcount == 1
+
+    def _insert_effect(self, effect: Effect) -> None:
+        self.c.execute(
+            f"INSERT INTO agent_effects ({_EFFECT_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _effect_row(effect),
+        )
+
+    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
+        cur = self.c.execute(
+            "UPDATE agent_effects SET status = ?, result_digest = ?, external_reference = ?, "
+            "result_json = ?, error = ?, attempts = ?, updated_at = ? "
+            "WHERE operation_key = ? AND status = ?",
+            (
+                effect.status.value,
+                effect.result_digest,
+                effect.external_reference,
+                effect.result_json,
+                effect.error,
+                effect.attempts,
+                effect.updated_at,
+                effect.operation_key,
+                expected.value,
+            ),
+        )
+        return cur.rowcount == 1
+
+    def _insert_approval(self, approval: Approval) -> None:
+        self.c.execute(
+            "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at, "
+            "record_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                approval.approval_id,
+                approval.run_id,
+                approval.call_id,
+                approval.status.value,
+                approval.created_at,
+                approval.expires_at,
+                canonical_json(approval.to_dict()),
+            ),
+        )
+
+    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
+        cur = self.c.execute(
+            "UPDATE approvals SET status = ?, record_json = ? WHERE approval_id = ? AND status = ?",
+            (
+                approval.status.value,
+                canonical_json(approval.to_dict()),
+                approval.approval_id,
+                expected.value,
+            ),
+        )
+        return cur.rowcount == 1
+
+    def _audit_head(self) -> AuditHead | None:
+        row = self.c.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        return None if row is None else AuditHead(row[0], row[1])
+
+    def _insert_audit(self, entry: AuditEntry) -> None:
+        self.c.execute(
+            "INSERT INTO audit_log (seq, kind, run_id, prev_hash, hash, body) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (entry.seq, entry.kind, entry.run_id, entry.prev_hash, entry.hash, entry.body),
+        )
+
+    def _set_audit_head(self, head: AuditHead) -> None:
+        self.c.execute(
+            "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+            (head.seq, head.hash),
+        )
+
+
+def path_from_url(url: str) -> str:
+    """``sqlite:///rel.db`` is relative, ``sqlite:////abs/x.db`` absolute; a bare path works."""
+    if url.startswith("sqlite:///"):
+        rest = url[len("sqlite:///") :]
+    elif url.startswith("sqlite://"):
+        rest = url[len("sqlite://") :]
+    else:
+        rest = url
+    path = rest.split("?", 1)[0]
+    if not path:
+        raise ConfigurationError(f"no file in SQLite URL {url!r}; use sqlite:///path/to/tether.db")
+    return path
+
+
+class SQLiteStore(Store):
+    def __init__(self, url: str, *, synchronous: str | None = None, busy_timeout_s: float = 10.0):
+        self.url = url
+        query = dict(part.split("=", 1) for part in url.partition("?")[2].split("&") if "=" in part)
+        mode = (synchronous or query.get("synchronous", "full")).upper()
+        if mode not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigurationError(f"synchronous must be full, normal or extra, not {mode!r}")
+        self.path = path_from_url(url)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={mode}")
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open SQLite database {self.path}: {e}") from e
+        self._lock = threading.RLock()
+        self.migrate()
+
+    @property
+    def schema_version(self) -> int:
+        row = self._conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    def migrate(self) -> int:
+        """Apply the migrations this file lacks; returns the schema version."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+                )
+                current = self.schema_version
+                if current > len(MIGRATIONS):
+                    raise StoreError(
+                        f"{self.path} has schema version {current}, newer than this tether "
+                        f"({len(MIGRATIONS)}); upgrade tether"
+                    )
+                for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
+                    for statement in filter(str.strip, script.split(";")):
+                        self._conn.execute(statement)
+                    self._conn.execute(
+                        "INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time())
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(MIGRATIONS)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                raise StoreError(f"cannot start a transaction on {self.path}: {e}") from e
+            try:
+                yield SQLiteTx(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._conn.execute("ROLLBACK")
+                raise StoreError(f"commit failed on {self.path}: {e}") from e
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                yield SQLiteTx(self._conn)
+            finally:
+                self._conn.execute("ROLLBACK")
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def list_runs(self, status: str | None = None) -> list[RunRecord]:
+        where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+        rows = self._query(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
+        )
+        return [_run(r) for r in rows]
+
+    def list_effects(self, run_id: str | None = None) -> list[Effect]:
+        where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        rows = self._query(
+            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects {where} ORDER BY created_at, rowid",
+            params,
+        )
+        return [_effect(r) for r in rows]
+
+    def list_approvals(
+        self, status: ApprovalStatus | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status.value)
+        if run_id is not None:
+            clauses.append("run_id = ?")
+            params.append(run_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query(
+            f"SELECT record_json FROM approvals {where} ORDER BY created_at, rowid", tuple(params)
+        )
+        return [Approval.from_dict(json.loads(r[0])) for r in rows]
+
+    def audit_entries(self) -> Iterator[AuditEntry]:
+        rows = self._query(
+            "SELECT seq, kind, run_id, prev_hash, hash, body FROM audit_log ORDER BY rowid"
+        )
+        for r in rows:
+            yield AuditEntry(seq=r[0], kind=r[1], run_id=r[2], prev_hash=r[3], hash=r[4], body=r[5])
+
+    def audit_head(self) -> AuditHead | None:
+        rows = self._query("SELECT seq, hash FROM audit_head WHERE id = 1")
+        return AuditHead(rows[0][0], rows[0][1]) if rows else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,304 @@
+"""Tools, their manifests, and the registry the gate resolves calls in.
+
+A manifest is everything the gate needs to judge a call before it runs: the JSON Schema of the
+arguments, the risk tier, the scope and tenants it needs, what it may cost. Its
+``schema_digest`` names exactly what the model was shown; pinning that digest means a tool that
+changes under an agent (a new description, a widened schema) is refused until someone reviews
+it and pins it again.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar, get_type_hints, overload
+
+import jsonschema
+import pydantic
+
+from tether.digest import digest
+from tether.errors import ConfigurationError, InvalidArguments, ManifestDriftError, UnknownToolError
+
+
+class Risk(StrEnum):
+    """Risk tiers, from harmless to cannot-be-undone."""
+
+    READ = "read"
+    SENSITIVE_READ = "sensitive_read"
+    WRITE = "write"
+    ADMIN = "admin"
+    IRREVERSIBLE = "irreversible"
+
+    @classmethod
+    def parse(cls, value: str | Risk) -> Risk:
+        """Accept tether's names and the seeds' (READONLY, WRITE, DANGEROUS, IRREVERSIBLE...)."""
+        if isinstance(value, Risk):
+            return value
+        name = str(value).strip().lower()
+        aliased = _RISK_ALIASES.get(name, name)
+        try:
+            return cls(aliased)
+        except ValueError:
+            known = ", ".join(r.value for r in cls)
+            raise ConfigurationError(f"unknown risk tier {value!r}; use one of: {known}") from None
+
+
+_RISK_ALIASES = {"readonly": "read", "read_only": "read", "dangerous": "irreversible"}
+
+# The parameter a handler declares to receive its idempotency key.
+OPERATION_KEY_PARAMETER = "operation_key"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    name: str
+    parameters: Mapping[str, Any]
+    version: str = "1"
+    server_id: str = "local"
+    description: str = ""
+    risk: Risk = Risk.READ
+    required_scope: str | None = None
+    allowed_tenants: frozenset[str] | None = None
+    max_result_bytes: int = 65_536
+    cost: int = 0
+    sensitive_fields: frozenset[str] = frozenset()
+    # None: the tool enforces its own timeouts (as HTTP clients do); a number makes the gate
+    # stop waiting after that many seconds and record the outcome as unknown.
+    timeout_s: float | None = None
+    compensation: str | None = None
+    schema_digest: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigurationError(
+                f"tool name {self.name!r} must be letters, digits, '_' or '-' (models need that)"
+            )
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
+        except jsonschema.SchemaError as e:
+            raise ConfigurationError(
+                f"tool '{self.name}' has an invalid schema: {e.message}"
+            ) from e
+        object.__setattr__(self, "risk", Risk.parse(self.risk))
+        object.__setattr__(self, "schema_digest", self.compute_digest())
+
+    def compute_digest(self) -> str:
+        return digest(
+            {
+                "name": self.name,
+                "description": self.description,
+                "schema": self.parameters,
+                "version": self.version,
+                "server": self.server_id,
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "server_id": self.server_id,
+            "tool_name": self.name,
+            "tool_version": self.version,
+            "schema_digest": self.schema_digest,
+            "risk_class": self.risk.value,
+            "required_scope": self.required_scope,
+            "allowed_tenants": sorted(self.allowed_tenants)
+            if self.allowed_tenants is not None
+            else None,
+            "max_result_bytes": self.max_result_bytes,
+            "cost": self.cost,
+            "sensitive_fields": sorted(self.sensitive_fields),
+        }
+
+
+Reconciler = Callable[[str], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Tool:
+    manifest: Manifest
+    handler: Callable[..., Any]
+    reconcile: Reconciler | None = None
+    takes_operation_key: bool = False
+    validator: jsonschema.Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "validator", jsonschema.Draft202012Validator(dict(self.manifest.parameters))
+        )
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def validate(self, arguments: Mapping[str, Any]) -> None:
+        problems = [
+            f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
+            for e in sorted(self.validator.iter_errors(dict(arguments)), key=lambda e: e.path)
+        ]
+        if problems:
+            raise InvalidArguments(self.name, problems)
+
+    def invoke(self, arguments: Mapping[str, Any], operation_key: str) -> Any:
+        if self.takes_operation_key:
+            return self.handler(**arguments, operation_key=operation_key)
+        return self.handler(**arguments)
+
+
+def schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON Schema for ``fn``'s parameters, built by pydantic from its type hints."""
+    hints = get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        if name == OPERATION_KEY_PARAMETER:
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(f"tool '{fn.__name__}' may not take *args or **kwargs")
+        annotation = hints.get(name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[name] = (annotation, default)
+    model = pydantic.create_model(
+        fn.__name__, __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    schema: dict[str, Any] = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
+def _takes_operation_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return OPERATION_KEY_PARAMETER in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Registry:
+    """The tools an agent may call. A name that is not here is refused."""
+
+    def __init__(self, pins: Mapping[str, str] | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._pins: dict[str, str] = dict(pins or {})
+
+    def add(
+        self,
+        manifest: Manifest,
+        handler: Callable[..., Any],
+        *,
+        reconcile: Reconciler | None = None,
+    ) -> Tool:
+        if manifest.name in self._tools:
+            raise ConfigurationError(
+                f"tool '{manifest.name}' is already registered; use replace() to change it"
+            )
+        return self.replace(manifest, handler, reconcile=reconcile)
+
+    def replace(
+        self,
+        manifest: Manifest,
+        handler: Callable[..., Any],
+        *,
+        reconcile: Reconciler | None = None,
+    ) -> Tool:
+        tool = Tool(manifest, handler, reconcile, _takes_operation_key(handler))
+        self._tools[manifest.name] = tool
+        return tool
+
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        **manifest_fields: Any,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        **manifest_fields: Any,
+    ) -> F | Callable[[F], F]:
+        """Register a typed function; usable as ``@registry.tool`` or ``@registry.tool(...)``."""
+
+        def register(f: F) -> F:
+            for key in ("allowed_tenants", "sensitive_fields"):
+                if manifest_fields.get(key) is not None:
+                    manifest_fields[key] = frozenset(manifest_fields[key])
+            manifest = Manifest(
+                name=name or f.__name__,
+                description=description or inspect.getdoc(f) or "",
+                parameters=schema_from_function(f),
+                **manifest_fields,
+            )
+            self.add(manifest, f)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def get(self, name: str) -> Tool:
+        tool = self._tools.get(name)
+        if tool is None:
+            raise UnknownToolError(name)
+        return tool
+
+    def resolve(self, name: str, version: str | None = None) -> Tool:
+        """The tool to run for a call, refusing unknown tools and drifted manifests."""
+        tool = self.get(name)
+        pinned = self._pins.get(name)
+        if pinned is not None and pinned != tool.manifest.schema_digest:
+            raise ManifestDriftError(name, pinned, tool.manifest.schema_digest)
+        if version is not None and version != tool.manifest.version:
+            raise ManifestDriftError(name, f"version {version}", f"version {tool.manifest.version}")
+        return tool
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def manifests(self) -> list[Manifest]:
+        return [self._tools[n].manifest for n in self.names()]
+
+    def pin(self, names: Iterable[str] | None = None) -> dict[str, str]:
+        """Pin the current manifests (all, or those named) and return every pin."""
+        for n in names if names is not None else self.names():
+            self._pins[n] = self.get(n).manifest.schema_digest
+        return dict(self._pins)
+
+    @property
+    def pins(self) -> dict[str, str]:
+        return dict(self._pins)
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """Tool definitions in the OpenAI Chat Completions ``tools`` format."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": m.name,
+                    "description": m.description,
+                    "parameters": dict(m.parameters),
+                },
+            }
+            for m in self.manifests()
+        ]
+
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        """Tool definitions in the Anthropic Messages ``tools`` format."""
+        return [
+            {"name": m.name, "description": m.description, "input_schema": dict(m.parameters)}
+            for m in self.manifests()
+        ]

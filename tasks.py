@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The project's two commands, needing nothing but Python 3.11+:
+
+    python3 tasks.py demo    run the seed scenarios (tether demo) on ./tether.db
+    python3 tasks.py test    lint, type-check and run the whole test suite
+
+Each creates ./.venv on first use and reinstalls when pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".tether-installed"
+
+
+def sh(*args: str | Path) -> None:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    code = subprocess.call([str(a) for a in args], cwd=ROOT)
+    if code != 0:
+        sys.exit(code)
+
+
+def ensure_venv() -> None:
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == want:
+        return
+    if not (BIN / "python").exists():
+        print(f"creating {VENV}", flush=True)
+        venv.create(VENV, with_pip=True)
+    sh(BIN / "python", "-m", "pip", "install", "-q", "-e", ".[dev]")
+    STAMP.write_text(want)
+
+
+def demo(args: list[str]) -> None:
+    ensure_venv()
+    sh(BIN / "tether", "demo", *args)
+
+
+def test(args: list[str]) -> None:
+    ensure_venv()
+    sh(BIN / "ruff", "format", "--check", ".")
+    sh(BIN / "ruff", "check", ".")
+    sh(BIN / "mypy")
+    sh(BIN / "python", "-m", "pytest", *args)
+
+
+def main() -> None:
+    commands = {"demo": demo, "test": test}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit(f"usage: python3 tasks.py {{{'|'.join(commands)}}} [args...]")
+    commands[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
