@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from tether.digest import digest
@@ -23,6 +24,8 @@ from tether.errors import (
 
 
 class ApprovalStatus(StrEnum):
+    """Where an approval request stands; only ``approved`` lets a call run, once."""
+
     PENDING = "pending"
     APPROVED = "approved"
     DENIED = "denied"
@@ -43,11 +46,12 @@ class CallBinding:
     tenant: str
     actor: str
 
-    @property
+    # Cached: the gate asks for these several times per call, and digests are not free.
+    @cached_property
     def argument_digest(self) -> str:
         return digest(dict(self.arguments))
 
-    @property
+    @cached_property
     def call_digest(self) -> str:
         return digest(
             {

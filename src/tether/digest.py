@@ -10,9 +10,12 @@ import hashlib
 import json
 from typing import Any
 
+# One encoder for the process: json.dumps with options builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def sha256_hex(text: str) -> str:

@@ -53,6 +53,8 @@ class Denied(TetherError, PermissionError):
 
 
 class UnknownToolError(Denied):
+    """The tool is not in the registry, so the call is blocked."""
+
     def __init__(self, name: str) -> None:
         super().__init__(
             f"Action '{name}' not in registry. Execution blocked. "
@@ -73,6 +75,8 @@ class ManifestDriftError(Denied):
 
 
 class PolicyDenied(Denied):
+    """The policy's verdict is deny; ``reasons`` says why."""
+
     def __init__(self, tool: str, reasons: tuple[str, ...], policy_version: str) -> None:
         super().__init__(
             f"policy {policy_version} denies '{tool}': {'; '.join(reasons)}", reasons=reasons
@@ -82,6 +86,8 @@ class PolicyDenied(Denied):
 
 
 class ApprovalDenied(Denied):
+    """A human decided against the call; it will not run."""
+
     def __init__(self, approval_id: str, tool: str, approver: str | None, reason: str | None):
         super().__init__(
             f"approval {approval_id} for '{tool}' was denied by {approver}"
@@ -110,6 +116,8 @@ class ApproverNotAuthorized(ApprovalInvalid):
 
 
 class InvalidArguments(TetherError, ValueError):
+    """Arguments that break the tool's JSON Schema; ``problems`` lists each one."""
+
     def __init__(self, tool: str, problems: list[str]) -> None:
         super().__init__(f"arguments for '{tool}' do not match its schema: {'; '.join(problems)}")
         self.tool = tool
@@ -117,6 +125,8 @@ class InvalidArguments(TetherError, ValueError):
 
 
 class BudgetExceeded(TetherError):
+    """A step, cost or byte budget would go negative; the message gives the numbers."""
+
     def __init__(self, kind: str, action: str, need: int, remaining: int) -> None:
         super().__init__(
             f"{kind} budget exhausted for '{action}': need {need}, remaining {remaining}"
@@ -136,6 +146,8 @@ class ApprovalStateError(TetherError):
 
 
 class OperationConflict(TetherError):
+    """An operation key already recorded with other arguments: never a replay of them."""
+
     def __init__(self, operation_key: str) -> None:
         super().__init__(
             f"operation key {operation_key} was already used with different arguments; "
@@ -153,6 +165,8 @@ class InvalidTransition(TetherError):
 
 
 class ToolFailed(TetherError):
+    """The tool raised; the effect is recorded as failed."""
+
     def __init__(self, tool: str, operation_key: str, cause: BaseException) -> None:
         super().__init__(f"tool '{tool}' failed ({operation_key}): {cause!r}")
         self.tool = tool
@@ -160,6 +174,8 @@ class ToolFailed(TetherError):
 
 
 class OutcomeUnknown(TetherError):
+    """The tool may or may not have acted (timeout, or still in flight); reconcile it."""
+
     def __init__(self, tool: str, operation_key: str) -> None:
         super().__init__(
             f"tool '{tool}' timed out ({operation_key}); whether it took effect is unknown "
@@ -174,6 +190,8 @@ class StoreError(TetherError):
 
 
 class StaleState(StoreError):
+    """A compare-and-swap on a run lost: someone else wrote it first."""
+
     def __init__(self, run_id: str, expected: int, actual: int | None) -> None:
         super().__init__(
             f"run {run_id} was changed by someone else (expected version {expected}, "

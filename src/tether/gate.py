@@ -101,6 +101,8 @@ def new_id(prefix: str) -> str:
 
 
 class Gate:
+    """The pipeline every tool call passes; see the module docstring for its steps."""
+
     def __init__(
         self,
         registry: Registry,
@@ -181,8 +183,27 @@ class Gate:
         refusal to raise once the audit entry recording it has committed."""
         record = _load_run(tx, run_id)
         state = RunState.load(record)
+        try:
+            stepped = state.budget.step(call.tool)
+        except TetherError as e:
+            tx.append_audit(
+                "budget_exceeded",
+                at=now,
+                run_id=run_id,
+                actor=state.principal.subject,
+                data={"call_id": call.call_id, "tool": call.tool, "error": str(e)},
+            )
+            return e
+        verdict, budget = self._judge(tx, run_id, state, stepped, call, now)
+        # The step counts whatever the verdict; one write of the run per transaction.
+        tx.update_run(_with_state(record, state, budget, now))
+        return verdict
+
+    def _judge(
+        self, tx: Tx, run_id: str, state: RunState, budget: Budget, call: ToolCall, now: float
+    ) -> tuple[_Admitted | Outcome | BaseException, Budget]:
         actor = state.principal.subject
-        base = {"call_id": call.call_id, "tool": call.tool}
+        base: dict[str, Any] = {"call_id": call.call_id, "tool": call.tool}
 
         def refuse(kind: str, error: BaseException, **data: Any) -> BaseException:
             tx.append_audit(
@@ -191,18 +212,12 @@ class Gate:
             return error
 
         try:
-            budget = state.budget.step(call.tool)
-        except TetherError as e:
-            return refuse("budget_exceeded", e)
-        # From here on the step counts, whatever the outcome.
-        record = tx.update_run(_with_state(record, state, budget, now))
-        try:
             tool = self.registry.resolve(call.tool, call.tool_version)
             tool.validate(call.arguments)
         except Denied as e:
-            return refuse("call_denied", e, reasons=list(e.reasons))
+            return refuse("call_denied", e, reasons=list(e.reasons)), budget
         except InvalidArguments as e:
-            return refuse("call_invalid", e, problems=e.problems)
+            return refuse("call_invalid", e, problems=e.problems), budget
 
         manifest = tool.manifest
         arguments = dict(call.arguments)
@@ -211,11 +226,8 @@ class Gate:
         decision = decide(self.policy, state.principal, manifest, arguments, flags)
         base.update(tool_version=manifest.version, arguments=safe_args)
         if decision.verdict is Verdict.DENY:
-            return refuse(
-                "call_denied",
-                PolicyDenied(call.tool, decision.reasons, decision.policy_version),
-                decision=decision.to_dict(),
-            )
+            denied = PolicyDenied(call.tool, decision.reasons, decision.policy_version)
+            return refuse("call_denied", denied, decision=decision.to_dict()), budget
 
         key = operation_key(run_id, call.call_id, manifest.name, manifest.version)
         binding = CallBinding(
@@ -231,20 +243,21 @@ class Gate:
         existing = tx.get_effect(key)
         if existing is not None:
             if existing.argument_digest != binding.argument_digest:
-                return refuse("operation_conflict", OperationConflict(key), operation_key=key)
-            return self._replay(tx, existing, tool, actor, now)
+                conflict = OperationConflict(key)
+                return refuse("operation_conflict", conflict, operation_key=key), budget
+            return self._replay(tx, existing, tool, actor, now), budget
 
         try:
             budget.check_spend(call.tool, manifest.cost)
             budget.check_bytes(call.tool, 0 if budget.max_bytes is None else 1)
         except TetherError as e:
-            return refuse("budget_exceeded", e)
+            return refuse("budget_exceeded", e), budget
 
         label = "allow"
         if decision.verdict is Verdict.ASK:
             granted = self._grant(tx, binding, decision, actor, now, refuse)
             if isinstance(granted, BaseException):
-                return granted
+                return granted, budget
             label = "allow_after_approval"
 
         effect = Effect(
@@ -261,7 +274,6 @@ class Gate:
         )
         tx.insert_effect(effect)
         budget = budget.spend(call.tool, manifest.cost)
-        record = tx.update_run(_with_state(record, state, budget, now))
         tx.append_audit(
             "effect_dispatched",
             at=now,
@@ -270,7 +282,7 @@ class Gate:
             data={**base, "operation_key": key, "policy_decision": label, "cost": manifest.cost},
             redactions=redactions,
         )
-        return _Admitted(
+        admitted = _Admitted(
             tool=tool,
             effect=effect,
             arguments=arguments,
@@ -279,7 +291,10 @@ class Gate:
             step=budget.steps,
             actor=actor,
             flags=flags,
+            redactions=tuple(redactions),
+            counts_bytes=budget.max_bytes is not None,
         )
+        return admitted, budget
 
     def _grant(
         self,
@@ -400,8 +415,7 @@ class Gate:
             external_reference=reference,
             error=None if failure is None else repr(failure.__cause__ or failure),
         )
-        _, arg_redactions = redact(admitted.arguments, tool.manifest.sensitive_fields)
-        redactions = sorted(set(arg_redactions) | set(result_redactions))
+        redactions = sorted(set(admitted.redactions) | set(result_redactions))
         event: dict[str, Any] = {
             "event": "tool_effect_resolved",
             "run_id": effect.run_id,
@@ -420,12 +434,11 @@ class Gate:
         }
         with self.store.transaction() as tx:
             tx.update_effect(resolved, EffectStatus.DISPATCHED)
-            if target is EffectStatus.COMMITTED and len(screened.text) > 0:
+            if admitted.counts_bytes and target is EffectStatus.COMMITTED:
                 record = _load_run(tx, effect.run_id)
                 state = RunState.load(record)
-                if state.budget.max_bytes is not None:
-                    budget = state.budget.add_bytes(len(screened.text.encode()))
-                    tx.update_run(_with_state(record, state, budget, now))
+                budget = state.budget.add_bytes(len(screened.text.encode()))
+                tx.update_run(_with_state(record, state, budget, now))
             tx.append_audit(
                 "tool_effect_resolved",
                 at=now,
@@ -446,7 +459,7 @@ class Gate:
             replayed=False,
             policy_decision=admitted.label,
             external_reference=reference,
-            flags=admitted.flags + screened.flags,
+            flags=admitted.flags + tuple(f"redacted '{n}'" for n in redactions) + screened.flags,
         )
 
     # -- human decisions ---------------------------------------------------------------------
@@ -520,6 +533,8 @@ class _Admitted:
     step: int
     actor: str
     flags: tuple[str, ...]
+    redactions: tuple[str, ...]
+    counts_bytes: bool
 
 
 def _load_run(tx: Tx, run_id: str) -> RunRecord:

@@ -27,6 +27,8 @@ from tether.tools import Manifest, Registry, Risk
 
 
 class PermissionLevel(Enum):
+    """Seed 003's permission levels; each maps onto a tether risk tier."""
+
     READ = 1
     WRITE = 2
     ADMIN = 3
@@ -110,6 +112,8 @@ _ANY_OBJECT = {"type": "object"}
 
 
 class AgentHarness:
+    """Seed 003's harness: execute registered actions through the gate, one run per harness."""
+
     HUMAN = "human"
 
     def __init__(

@@ -19,6 +19,8 @@ from tether.errors import InvalidTransition
 
 
 class EffectStatus(StrEnum):
+    """The states of an effect; see the module docstring for the machine."""
+
     PREPARED = "prepared"
     DISPATCHED = "dispatched"
     COMMITTED = "committed"
@@ -61,6 +63,7 @@ TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
 
 
 def operation_key(run_id: str, call_id: str, tool: str, tool_version: str) -> str:
+    """The idempotency key of one call (seed 000): ``run:call:tool:version``."""
     return f"{run_id}:{call_id}:{tool}:{tool_version}"
 
 

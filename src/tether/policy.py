@@ -24,6 +24,8 @@ from tether.tools import Manifest, Risk
 
 
 class Verdict(StrEnum):
+    """What the policy says of a call."""
+
     ALLOW = "allow"
     ASK = "ask"
     DENY = "deny"

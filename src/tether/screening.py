@@ -118,10 +118,9 @@ class ScreenedResult:
 
 
 def screen_result(result: Any, max_bytes: int) -> ScreenedResult:
-    """What the model will see of a result: capped in size, injection marked, secrets redacted."""
-    redacted, names = redact(result)
-    text = redacted if isinstance(redacted, str) else canonical_json(redacted)
-    flags: list[str] = [f"redacted '{n}'" for n in names]
+    """What the model will see of a (redacted) result: capped in size, injection marked."""
+    text = result if isinstance(result, str) else canonical_json(result)
+    flags: list[str] = []
     raw = text.encode()
     truncated = len(raw) > max_bytes
     if truncated:

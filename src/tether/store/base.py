@@ -57,9 +57,8 @@ class Tx(abc.ABC):
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
     def insert_run(self, run: RunRecord) -> None:
-        if self.get_run(run.run_id) is not None:
+        if not self._insert_run(run):
             raise StoreError(f"run {run.run_id} already exists; choose another run id")
-        self._insert_run(run)
 
     def update_run(self, run: RunRecord) -> RunRecord:
         """Write ``run`` if the stored version is still ``run.state_version``; bump it (I6)."""
@@ -76,9 +75,8 @@ class Tx(abc.ABC):
     def get_effect(self, operation_key: str) -> Effect | None: ...
 
     def insert_effect(self, effect: Effect) -> None:
-        if self.get_effect(effect.operation_key) is not None:
+        if not self._insert_effect(effect):
             raise OperationConflict(effect.operation_key)
-        self._insert_effect(effect)
 
     def update_effect(self, effect: Effect, expected: EffectStatus) -> None:
         if not self._cas_effect(effect, expected):
@@ -98,9 +96,8 @@ class Tx(abc.ABC):
         """The most recent approval requested for this call, if any."""
 
     def insert_approval(self, approval: Approval) -> None:
-        if self.get_approval(approval.approval_id) is not None:
+        if not self._insert_approval(approval):
             raise StoreError(f"approval {approval.approval_id} already exists")
-        self._insert_approval(approval)
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
         if not self._cas_approval(approval, expected):
@@ -134,20 +131,22 @@ class Tx(abc.ABC):
         return entry
 
     # -- backend primitives ------------------------------------------------------------------
+    # Inserts return False when the key exists (the backend's own unique constraint decides,
+    # which saves a read and cannot race); compare-and-swaps return False when they lost.
     @abc.abstractmethod
-    def _insert_run(self, run: RunRecord) -> None: ...
+    def _insert_run(self, run: RunRecord) -> bool: ...
 
     @abc.abstractmethod
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool: ...
 
     @abc.abstractmethod
-    def _insert_effect(self, effect: Effect) -> None: ...
+    def _insert_effect(self, effect: Effect) -> bool: ...
 
     @abc.abstractmethod
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool: ...
 
     @abc.abstractmethod
-    def _insert_approval(self, approval: Approval) -> None: ...
+    def _insert_approval(self, approval: Approval) -> bool: ...
 
     @abc.abstractmethod
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool: ...

@@ -48,8 +48,11 @@ class MemoryTx(Tx):
         found = [a for a in self.t.approvals.values() if (a.run_id, a.call_id) == (run_id, call_id)]
         return max(found, key=lambda a: a.created_at) if found else None
 
-    def _insert_run(self, run: RunRecord) -> None:
+    def _insert_run(self, run: RunRecord) -> bool:
+        if run.run_id in self.t.runs:
+            return False
         self.t.runs[run.run_id] = run
+        return True
 
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
         current = self.t.runs.get(run.run_id)
@@ -58,8 +61,11 @@ class MemoryTx(Tx):
         self.t.runs[run.run_id] = run
         return True
 
-    def _insert_effect(self, effect: Effect) -> None:
+    def _insert_effect(self, effect: Effect) -> bool:
+        if effect.operation_key in self.t.effects:
+            return False
         self.t.effects[effect.operation_key] = effect
+        return True
 
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
         current = self.t.effects.get(effect.operation_key)
@@ -68,8 +74,11 @@ class MemoryTx(Tx):
         self.t.effects[effect.operation_key] = effect
         return True
 
-    def _insert_approval(self, approval: Approval) -> None:
+    def _insert_approval(self, approval: Approval) -> bool:
+        if approval.approval_id in self.t.approvals:
+            return False
         self.t.approvals[approval.approval_id] = approval
+        return True
 
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
         current = self.t.approvals.get(approval.approval_id)
@@ -89,6 +98,8 @@ class MemoryTx(Tx):
 
 
 class MemoryStore(Store):
+    """The reference store, in memory: the contract with nothing else in the way."""
+
     def __init__(self) -> None:
         self.url = "memory://"
         self._tables = _Tables()

@@ -82,6 +82,12 @@ MIGRATIONS: list[str] = [
         seq INTEGER NOT NULL,
         hash TEXT NOT NULL
     );
+    -- The head follows every append inside the appending statement itself: one round trip
+    -- fewer per entry, and it cannot be forgotten.
+    CREATE TRIGGER audit_head_follows AFTER INSERT ON audit_log
+    BEGIN
+        INSERT OR REPLACE INTO audit_head (id, seq, hash) VALUES (1, NEW.seq, NEW.hash);
+    END;
     """,
 ]
 
@@ -151,6 +157,14 @@ def _approval(row: tuple[Any, ...] | None) -> Approval | None:
     return None if row is None else Approval.from_dict(json.loads(row[0]))
 
 
+def _inserted(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> bool:
+    try:
+        conn.execute(sql, params)
+    except sqlite3.IntegrityError:
+        return False  # the primary key exists; only this statement is undone
+    return True
+
+
 class SQLiteTx(Tx):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.c = conn
@@ -184,8 +198,9 @@ class SQLiteTx(Tx):
             ).fetchone()
         )
 
-    def _insert_run(self, run: RunRecord) -> None:
-        self.c.execute(
+    def _insert_run(self, run: RunRecord) -> bool:
+        return _inserted(
+            self.c,
             f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
@@ -216,8 +231,9 @@ class SQLiteTx(Tx):
         )
         return cur.rowcount == 1
 
-    def _insert_effect(self, effect: Effect) -> None:
-        self.c.execute(
+    def _insert_effect(self, effect: Effect) -> bool:
+        return _inserted(
+            self.c,
             f"INSERT INTO agent_effects ({_EFFECT_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             _effect_row(effect),
@@ -242,8 +258,9 @@ class SQLiteTx(Tx):
         )
         return cur.rowcount == 1
 
-    def _insert_approval(self, approval: Approval) -> None:
-        self.c.execute(
+    def _insert_approval(self, approval: Approval) -> bool:
+        return _inserted(
+            self.c,
             "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at, "
             "record_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
@@ -281,11 +298,20 @@ class SQLiteTx(Tx):
         )
 
     def _set_audit_head(self, head: AuditHead) -> None:
-        self.c.execute(
-            "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-            (head.seq, head.hash),
-        )
+        pass  # the audit_head_follows trigger has already done it
+
+
+def statements(script: str) -> list[str]:
+    """Split a migration into statements (``executescript`` would commit half-way)."""
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out
 
 
 def path_from_url(url: str) -> str:
@@ -303,6 +329,8 @@ def path_from_url(url: str) -> str:
 
 
 class SQLiteStore(Store):
+    """The store in one SQLite file (WAL); see the module docstring for durability."""
+
     def __init__(self, url: str, *, synchronous: str | None = None, busy_timeout_s: float = 10.0):
         self.url = url
         query = dict(part.split("=", 1) for part in url.partition("?")[2].split("&") if "=" in part)
@@ -344,7 +372,7 @@ class SQLiteStore(Store):
                         f"({len(MIGRATIONS)}); upgrade tether"
                     )
                 for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-                    for statement in filter(str.strip, script.split(";")):
+                    for statement in statements(script):
                         self._conn.execute(statement)
                     self._conn.execute(
                         "INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time())

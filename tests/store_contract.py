@@ -1,0 +1,170 @@
+"""The store conformance suite. Every backend runs it by subclassing ``StoreContract`` and
+providing a ``store`` fixture (see test_store_memory.py and test_store_sqlite.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.approvals import Approval, ApprovalStatus, CallBinding
+from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
+from tether.ledger import Effect, EffectStatus, operation_key
+from tether.store.base import RunRecord, Store
+
+
+def run_record(run_id: str = "run-1", version: int = 1) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        state_version=version,
+        status="running",
+        principal_id="user-42",
+        tenant_id="acme",
+        policy_version="policy-3",
+        checkpoint_json='{"n":0}',
+        created_at=1.0,
+        updated_at=1.0,
+    )
+
+
+def effect(key_suffix: str = "call-1", status: EffectStatus = EffectStatus.DISPATCHED) -> Effect:
+    return Effect(
+        operation_key=operation_key("run-1", key_suffix, "close_ticket", "2"),
+        run_id="run-1",
+        call_id=key_suffix,
+        tool_name="close_ticket",
+        tool_version="2",
+        argument_digest="sha256:aa",
+        status=status,
+        attempts=1,
+        created_at=2.0,
+        updated_at=2.0,
+    )
+
+
+def approval(approval_id: str = "apr-1", call_id: str = "call-1", at: float = 3.0) -> Approval:
+    binding = CallBinding(
+        run_id="run-1",
+        call_id=call_id,
+        tool="close_ticket",
+        tool_version="2",
+        tool_schema_digest="sha256:bb",
+        arguments={"ticket_id": "T-100"},
+        tenant="acme",
+        actor="user-42",
+    )
+    return Approval.request(approval_id, binding, policy_version="policy-3", now=at, ttl_s=60)
+
+
+class StoreContract:
+    # -- runs ----------------------------------------------------------------------------------
+    def test_run_round_trip(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+        with store.read() as tx:
+            assert tx.get_run("run-1") == run_record()
+        assert [r.run_id for r in store.list_runs()] == ["run-1"]
+        assert store.list_runs(status="completed") == []
+
+    def test_duplicate_run_refused(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+        with pytest.raises(StoreError, match="already exists"), store.transaction() as tx:
+            tx.insert_run(run_record())
+
+    def test_update_run_is_compare_and_swap(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+        with store.transaction() as tx:
+            new = tx.update_run(run_record())
+        assert new.state_version == 2
+        with pytest.raises(StaleState, match="expected version 1, found 2"):
+            with store.transaction() as tx:
+                tx.update_run(run_record())  # stale: still says version 1
+        with store.read() as tx:
+            current = tx.get_run("run-1")
+        assert current is not None and current.state_version == 2
+
+    # -- effects -------------------------------------------------------------------------------
+    def test_effect_insert_and_get(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_effect(effect())
+        with store.read() as tx:
+            assert tx.get_effect(effect().operation_key) == effect()
+            assert tx.get_effect("nope") is None
+        assert store.list_effects("run-1") == [effect()]
+        assert store.list_effects("other") == []
+
+    def test_effect_key_is_unique(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_effect(effect())
+        with pytest.raises(OperationConflict), store.transaction() as tx:
+            tx.insert_effect(effect())
+
+    def test_effect_update_checks_expected_status(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_effect(effect())
+        done = effect().advance(EffectStatus.COMMITTED, 5.0, result_digest="sha256:cc")
+        with store.transaction() as tx:
+            tx.update_effect(done, EffectStatus.DISPATCHED)
+        with pytest.raises(InvalidTransition), store.transaction() as tx:
+            tx.update_effect(done, EffectStatus.DISPATCHED)
+        [stored] = store.list_effects()
+        assert stored.status is EffectStatus.COMMITTED and stored.result_digest == "sha256:cc"
+
+    # -- approvals -----------------------------------------------------------------------------
+    def test_approval_round_trip_and_find_latest(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_approval(approval("apr-1", at=3.0))
+            tx.insert_approval(approval("apr-2", at=4.0))
+        with store.read() as tx:
+            assert tx.get_approval("apr-1") == approval("apr-1", at=3.0)
+            found = tx.find_approval("run-1", "call-1")
+            assert found is not None and found.approval_id == "apr-2"
+            assert tx.find_approval("run-1", "call-9") is None
+        assert [a.approval_id for a in store.list_approvals(ApprovalStatus.PENDING)] == [
+            "apr-1",
+            "apr-2",
+        ]
+
+    def test_approval_update_checks_expected_status(self, store: Store) -> None:
+        from dataclasses import replace
+
+        with store.transaction() as tx:
+            tx.insert_approval(approval())
+        granted = replace(approval(), status=ApprovalStatus.APPROVED, approver="reviewer-5")
+        with store.transaction() as tx:
+            tx.update_approval(granted, ApprovalStatus.PENDING)
+        with pytest.raises(StoreError), store.transaction() as tx:
+            tx.update_approval(granted, ApprovalStatus.PENDING)
+        assert store.list_approvals(ApprovalStatus.APPROVED) == [granted]
+        assert store.list_approvals(run_id="other") == []
+
+    # -- transactions and audit ----------------------------------------------------------------
+    def test_rollback_discards_everything(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.append_audit("first", at=1.0)
+        with pytest.raises(RuntimeError), store.transaction() as tx:
+            tx.insert_run(run_record())
+            tx.insert_effect(effect())
+            tx.insert_approval(approval())
+            tx.append_audit("lost", at=2.0)
+            raise RuntimeError("boom")
+        assert store.list_runs() == []
+        assert store.list_effects() == []
+        assert store.list_approvals() == []
+        assert [e.kind for e in store.audit_entries()] == ["first"]
+        assert store.verify_audit().intact
+
+    def test_audit_chain_and_head(self, store: Store) -> None:
+        assert store.audit_head() is None
+        assert store.verify_audit().intact
+        with store.transaction() as tx:
+            a = tx.append_audit("one", at=1.0, run_id="run-1", actor="user-42", data={"x": 1})
+            b = tx.append_audit("two", at=2.0)
+        entries = list(store.audit_entries())
+        assert [e.seq for e in entries] == [1, 2]
+        assert entries[1].prev_hash == a.hash
+        head = store.audit_head()
+        assert head is not None and (head.seq, head.hash) == (2, b.hash)
+        assert entries[0].record["data"] == {"x": 1}
+        report = store.verify_audit()
+        assert report.intact and report.entries == 2
