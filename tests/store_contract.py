@@ -76,9 +76,12 @@ class StoreContract:
         with store.transaction() as tx:
             new = tx.update_run(run_record())
         assert new.state_version == 2
-        with pytest.raises(StaleState, match="expected version 1, found 2"):
-            with store.transaction() as tx:
-                tx.update_run(run_record())  # stale: still says version 1
+        stale = run_record()  # still says version 1
+        with (
+            pytest.raises(StaleState, match="expected version 1, found 2"),
+            store.transaction() as tx,
+        ):
+            tx.update_run(stale)
         with store.read() as tx:
             current = tx.get_run("run-1")
         assert current is not None and current.state_version == 2
