@@ -1,0 +1,28 @@
+"""The README's Python examples run as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    assert blocks, "the README should show Python usage"
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    assert (tmp_path / "tether.db").exists()
+
+
+def test_readme_policy_file_loads() -> None:
+    from tether import Policy
+
+    [toml] = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+    policy = Policy.from_toml(toml)
+    assert policy.version == "policy-4"
+    assert policy.approvers_for("refund") == frozenset({"finance-1"})
