@@ -35,7 +35,7 @@ from tether.errors import (
 )
 from tether.ledger import Effect, EffectStatus, operation_key
 from tether.policy import Decision, Policy, Principal, Verdict, decide
-from tether.screening import redact, screen_arguments, screen_result
+from tether.screening import redact, screen_arguments, screen_result, scrub, secret_values
 from tether.store.base import RunRecord, Store, Tx
 from tether.tools import Registry, Tool
 
@@ -204,11 +204,12 @@ class Gate:
     ) -> tuple[_Admitted | Outcome | BaseException, Budget]:
         actor = state.principal.subject
         base: dict[str, Any] = {"call_id": call.call_id, "tool": call.tool}
+        known = self.registry.find(call.tool)
+        secrets = secret_values(call.arguments, known.manifest.sensitive_fields if known else ())
 
         def refuse(kind: str, error: BaseException, **data: Any) -> BaseException:
-            tx.append_audit(
-                kind, at=now, run_id=run_id, actor=actor, data={**base, **data, "error": str(error)}
-            )
+            entry = scrub({**base, **data, "error": str(error)}, secrets)
+            tx.append_audit(kind, at=now, run_id=run_id, actor=actor, data=entry)
             return error
 
         try:
@@ -242,7 +243,11 @@ class Gate:
         )
         existing = tx.get_effect(key)
         if existing is not None:
-            if existing.argument_digest != binding.argument_digest:
+            if (existing.run_id, existing.call_id, existing.argument_digest) != (
+                run_id,
+                call.call_id,
+                binding.argument_digest,
+            ):
                 conflict = OperationConflict(key)
                 return refuse("operation_conflict", conflict, operation_key=key), budget
             return self._replay(tx, existing, tool, actor, now), budget
@@ -279,7 +284,10 @@ class Gate:
             at=now,
             run_id=run_id,
             actor=actor,
-            data={**base, "operation_key": key, "policy_decision": label, "cost": manifest.cost},
+            data=scrub(
+                {**base, "operation_key": key, "policy_decision": label, "cost": manifest.cost},
+                secrets,
+            ),
             redactions=redactions,
         )
         admitted = _Admitted(
@@ -434,10 +442,16 @@ class Gate:
         }
         with self.store.transaction() as tx:
             tx.update_effect(resolved, EffectStatus.DISPATCHED)
-            if admitted.counts_bytes and target is EffectStatus.COMMITTED:
+            refund = target is EffectStatus.FAILED and tool.manifest.cost > 0
+            if refund or (admitted.counts_bytes and target is EffectStatus.COMMITTED):
+                # A failed call did not happen, so it costs nothing (an unknown one may have).
                 record = _load_run(tx, effect.run_id)
                 state = RunState.load(record)
-                budget = state.budget.add_bytes(len(screened.text.encode()))
+                budget = (
+                    state.budget.refund(tool.manifest.cost)
+                    if refund
+                    else state.budget.add_bytes(len(screened.text.encode()))
+                )
                 tx.update_run(_with_state(record, state, budget, now))
             tx.append_audit(
                 "tool_effect_resolved",

@@ -63,8 +63,15 @@ TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
 
 
 def operation_key(run_id: str, call_id: str, tool: str, tool_version: str) -> str:
-    """The idempotency key of one call (seed 000): ``run:call:tool:version``."""
-    return f"{run_id}:{call_id}:{tool}:{tool_version}"
+    """The idempotency key of one call (seed 000): ``run:call:tool:version``.
+
+    A ``:`` or ``%`` inside a part is percent-escaped, so two different calls can never
+    share a key (run ``a:b`` + call ``c`` vs run ``a`` + call ``b:c``)."""
+    return ":".join(_escape(p) for p in (run_id, call_id, tool, tool_version))
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace(":", "%3A")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -247,6 +247,9 @@ class Registry:
 
         return register(fn) if fn is not None else register
 
+    def find(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
     def get(self, name: str) -> Tool:
         tool = self._tools.get(name)
         if tool is None:
