@@ -861,3 +861,31 @@ def test_secret_quoted_in_a_policy_reason_is_not_audited(store: Store) -> None:
         env.call(run, "c1", "pay", card_number=CARD, note=OPENAI_KEY)
     assert_refused_cleanly(env, run, "c1", audited="call_denied")
     assert OPENAI_KEY not in raw_audit_text(env.store)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"risk": Risk.READ},
+        {"required_scope": None},
+        {"allowed_tenants": None},
+        {"cost": 0},
+        {"sensitive_fields": frozenset()},
+    ],
+)
+def test_pin_catches_a_quiet_downgrade_of_the_manifest(change: dict[str, Any]) -> None:
+    registry = Registry()
+    base = Manifest(
+        name="wipe",
+        parameters={"type": "object"},
+        risk=Risk.IRREVERSIBLE,
+        required_scope="admin",
+        allowed_tenants=frozenset({"acme"}),
+        cost=5,
+        sensitive_fields=frozenset({"token"}),
+    )
+    registry.add(base, lambda: "wiped")
+    registry.pin()
+    registry.replace(replace(base, **change), lambda: "wiped")
+    with pytest.raises(ManifestDriftError):
+        registry.resolve("wipe")

@@ -4,7 +4,8 @@ A manifest is everything the gate needs to judge a call before it runs: the JSON
 arguments, the risk tier, the scope and tenants it needs, what it may cost. Its
 ``schema_digest`` names exactly what the model was shown; pinning that digest means a tool that
 changes under an agent (a new description, a widened schema) is refused until someone reviews
-it and pins it again.
+it and pins it again. A pin holds the ``manifest_digest``: the schema digest plus the risk
+tier, scope, tenants, cost and sensitive fields.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Manifest:
     timeout_s: float | None = None
     compensation: str | None = None
     schema_digest: str = field(init=False)
+    manifest_digest: str = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -83,6 +85,26 @@ class Manifest:
             ) from e
         object.__setattr__(self, "risk", Risk.parse(self.risk))
         object.__setattr__(self, "schema_digest", self.compute_digest())
+        # What a pin covers: the schema digest and every field that changes how the gate
+        # treats the tool, so a quiet downgrade from irreversible to read is drift too.
+        object.__setattr__(
+            self,
+            "manifest_digest",
+            digest(
+                {
+                    "schema_digest": self.schema_digest,
+                    "risk": self.risk.value,
+                    "required_scope": self.required_scope,
+                    "allowed_tenants": sorted(self.allowed_tenants)
+                    if self.allowed_tenants is not None
+                    else None,
+                    "max_result_bytes": self.max_result_bytes,
+                    "cost": self.cost,
+                    "sensitive_fields": sorted(self.sensitive_fields),
+                    "compensation": self.compensation,
+                }
+            ),
+        )
 
     def compute_digest(self) -> str:
         return digest(
@@ -260,8 +282,8 @@ class Registry:
         """The tool to run for a call, refusing unknown tools and drifted manifests."""
         tool = self.get(name)
         pinned = self._pins.get(name)
-        if pinned is not None and pinned != tool.manifest.schema_digest:
-            raise ManifestDriftError(name, pinned, tool.manifest.schema_digest)
+        if pinned is not None and pinned != tool.manifest.manifest_digest:
+            raise ManifestDriftError(name, pinned, tool.manifest.manifest_digest)
         if version is not None and version != tool.manifest.version:
             raise ManifestDriftError(name, f"version {version}", f"version {tool.manifest.version}")
         return tool
@@ -278,7 +300,7 @@ class Registry:
     def pin(self, names: Iterable[str] | None = None) -> dict[str, str]:
         """Pin the current manifests (all, or those named) and return every pin."""
         for n in names if names is not None else self.names():
-            self._pins[n] = self.get(n).manifest.schema_digest
+            self._pins[n] = self.get(n).manifest.manifest_digest
         return dict(self._pins)
 
     @property
