@@ -24,6 +24,7 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── OutcomeUnknown              the tool timed out (or is still in flight): outcome unknown
     ├── StoreError                  the store cannot do what was asked
     │   └── StaleState              a compare-and-swap lost (someone else wrote first)
+    ├── ModelError                  a model provider answered with an error or garbage
     ├── AuditIntegrityError         the audit chain does not verify
     └── SandboxError                sandboxed code failed, ran too long or used too much memory
 
@@ -198,6 +199,10 @@ class StaleState(StoreError):
             f"found {actual}); reload the run and try again"
         )
         self.run_id = run_id
+
+
+class ModelError(TetherError):
+    """The model could not be asked: an HTTP error, a refused key, an unreadable answer."""
 
 
 class AuditIntegrityError(TetherError):

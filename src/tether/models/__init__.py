@@ -15,12 +15,19 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 @dataclass(frozen=True, kw_only=True)
 class ModelToolCall:
+    """A call the model proposes. ``parse_error`` is set when the model's arguments were not
+    valid JSON: the run answers the model with that error instead of calling anything."""
+
     id: str
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    parse_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        if self.parse_error is not None:
+            data["parse_error"] = self.parse_error
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +51,12 @@ class Message:
             role=data["role"],
             content=data.get("content", ""),
             tool_calls=tuple(
-                ModelToolCall(id=tc["id"], name=tc["name"], arguments=tc.get("arguments", {}))
+                ModelToolCall(
+                    id=tc["id"],
+                    name=tc["name"],
+                    arguments=tc.get("arguments", {}),
+                    parse_error=tc.get("parse_error"),
+                )
                 for tc in data.get("tool_calls", ())
             ),
             tool_call_id=data.get("tool_call_id"),
