@@ -99,12 +99,19 @@ def verify_chain(entries: Iterable[AuditEntry], head: AuditHead | None) -> Audit
         if count:
             return AuditReport(False, count, count, "entries exist but the head record is missing")
         return AuditReport(True, 0)
-    if head.seq != count or head.hash != prev:
-        bad = min(count + 1, head.seq)
+    if count > head.seq:
         return AuditReport(
             False,
             count,
-            bad,
+            head.seq + 1,
+            f"the head says the log ends at entry {head.seq}, but entries follow it "
+            "(appended without going through the store, or the head was rolled back)",
+        )
+    if head.seq != count or head.hash != prev:
+        return AuditReport(
+            False,
+            count,
+            count + 1 if count < head.seq else count,
             f"the head says {head.seq} entries ending in {head.hash[:12]}…, the log has {count}"
             " (entries were removed from the end, or the head was altered)",
         )

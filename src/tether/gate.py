@@ -410,6 +410,7 @@ class Gate:
         except Exception as e:
             target = EffectStatus.FAILED
             failure = ToolFailed(tool.name, effect.operation_key, e)
+            failure.__cause__ = e
 
         safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
         screened = screen_result(safe_value, tool.manifest.max_result_bytes)
@@ -464,7 +465,7 @@ class Gate:
         for listener in self._listeners:
             listener(event)
         if failure is not None:
-            raise failure
+            raise failure from failure.__cause__
         return Outcome(
             operation_key=effect.operation_key,
             status=target,

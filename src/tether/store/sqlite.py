@@ -359,7 +359,10 @@ class SQLiteStore(Store):
     def migrate(self) -> int:
         """Apply the migrations this file lacks; returns the schema version."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                raise StoreError(f"cannot migrate {self.path}: {e}; try again shortly") from e
             try:
                 self._conn.execute(
                     "CREATE TABLE IF NOT EXISTS schema_migrations "
