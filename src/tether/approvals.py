@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from tether.digest import digest
+from tether.digest import canonical_json, digest, sha256_hex
 from tether.errors import (
     ApprovalAlreadyUsed,
     ApprovalExpired,
@@ -48,8 +48,12 @@ class CallBinding:
 
     # Cached: the gate asks for these several times per call, and digests are not free.
     @cached_property
+    def arguments_json(self) -> str:
+        return canonical_json(dict(self.arguments))
+
+    @cached_property
     def argument_digest(self) -> str:
-        return digest(dict(self.arguments))
+        return "sha256:" + sha256_hex(self.arguments_json)
 
     @cached_property
     def call_digest(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus, CallBinding, decide_request, verify_grant
 from tether.budget import Budget
-from tether.digest import canonical_json, digest
+from tether.digest import canonical_json, sha256_hex
 from tether.errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -222,14 +222,6 @@ class Gate:
 
         manifest = tool.manifest
         arguments = dict(call.arguments)
-        safe_args, redactions = redact(arguments, manifest.sensitive_fields)
-        flags = screen_arguments(arguments)
-        decision = decide(self.policy, state.principal, manifest, arguments, flags)
-        base.update(tool_version=manifest.version, arguments=safe_args)
-        if decision.verdict is Verdict.DENY:
-            denied = PolicyDenied(call.tool, decision.reasons, decision.policy_version)
-            return refuse("call_denied", denied, decision=decision.to_dict()), budget
-
         key = operation_key(run_id, call.call_id, manifest.name, manifest.version)
         binding = CallBinding(
             run_id=run_id,
@@ -241,6 +233,14 @@ class Gate:
             tenant=state.principal.tenant,
             actor=actor,
         )
+        safe_args, redactions = redact(arguments, manifest.sensitive_fields)
+        flags = screen_arguments(arguments, size=len(binding.arguments_json.encode()))
+        decision = decide(self.policy, state.principal, manifest, arguments, flags)
+        base.update(tool_version=manifest.version, arguments=safe_args)
+        if decision.verdict is Verdict.DENY:
+            denied = PolicyDenied(call.tool, decision.reasons, decision.policy_version)
+            return refuse("call_denied", denied, decision=decision.to_dict()), budget
+
         existing = tx.get_effect(key)
         if existing is not None:
             if (existing.run_id, existing.call_id, existing.argument_digest) != (
@@ -413,14 +413,17 @@ class Gate:
             failure.__cause__ = e
 
         safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
-        screened = screen_result(safe_value, tool.manifest.max_result_bytes)
         result_json = canonical_json(safe_value) if target is EffectStatus.COMMITTED else None
+        screened = screen_result(
+            safe_value if isinstance(safe_value, str) or result_json is None else result_json,
+            tool.manifest.max_result_bytes,
+        )
         now = self.clock()
         resolved = effect.advance(
             target,
             now,
             result_json=result_json,
-            result_digest=digest(safe_value) if result_json is not None else None,
+            result_digest=None if result_json is None else "sha256:" + sha256_hex(result_json),
             external_reference=reference,
             error=None if failure is None else repr(failure.__cause__ or failure),
         )

@@ -66,7 +66,10 @@ def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
 
 
 def screen_arguments(
-    arguments: Mapping[str, Any], *, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
+    arguments: Mapping[str, Any],
+    *,
+    max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    size: int | None = None,
 ) -> tuple[str, ...]:
     """Flags for the policy. The arguments themselves are passed on unchanged: silently
     rewriting what a tool receives would make the approved call differ from the one run."""
@@ -76,7 +79,8 @@ def screen_arguments(
             flags.append(f"invisible characters in '{path}'")
         if looks_like_injection(text):
             flags.append(f"injection pattern in '{path}'")
-    size = len(canonical_json(arguments).encode())
+    if size is None:
+        size = len(canonical_json(arguments).encode())
     if size > max_bytes:
         flags.append(f"arguments are {size} bytes, over the limit of {max_bytes}")
     return tuple(flags)
