@@ -171,3 +171,35 @@ class StoreContract:
         assert entries[0].record["data"] == {"x": 1}
         report = store.verify_audit()
         assert report.intact and report.entries == 2
+
+    # -- messages and steps --------------------------------------------------------------------
+    def test_messages_and_steps_append_in_order(self, store: Store) -> None:
+        from tether.store.base import StepRecord
+
+        with store.transaction() as tx:
+            tx.append_message("run-1", 2, '{"b":2}')
+            tx.append_message("run-1", 1, '{"a":1}')
+            tx.append_message("run-2", 1, '{"c":3}')
+            tx.append_step("run-1", StepRecord(seq=1, turn=0, kind="tool_call", detail="x", at=1.0))
+        with store.read() as tx:
+            assert tx.messages("run-1") == ['{"a":1}', '{"b":2}']
+            assert tx.messages("run-9") == []
+            assert [s.kind for s in tx.steps("run-1")] == ["tool_call"]
+        with pytest.raises(StoreError, match="already has message 1"), store.transaction() as tx:
+            tx.append_message("run-1", 1, "{}")
+        with pytest.raises(StoreError, match="already has step 1"), store.transaction() as tx:
+            tx.append_step("run-1", StepRecord(seq=1, turn=0, kind="final", detail="", at=2.0))
+
+    def test_lease_fields_round_trip(self, store: Store) -> None:
+        from dataclasses import replace
+
+        with store.transaction() as tx:
+            tx.insert_run(replace(run_record(), lease_owner="w1", lease_expires_at=9.5))
+        with store.transaction() as tx:
+            current = tx.get_run("run-1")
+            assert current is not None
+            assert (current.lease_owner, current.lease_expires_at) == ("w1", 9.5)
+            tx.update_run(replace(current, lease_owner=None, lease_expires_at=None))
+        with store.read() as tx:
+            released = tx.get_run("run-1")
+        assert released is not None and released.lease_owner is None

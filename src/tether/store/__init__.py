@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tether.errors import ConfigurationError
-from tether.store.base import RunRecord, Store, Tx
+from tether.store.base import RunRecord, StepRecord, Store, Tx
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
@@ -24,4 +24,13 @@ def open_store(url: str | None = None) -> Store:
     )
 
 
-__all__ = ["DEFAULT_URL", "MemoryStore", "RunRecord", "SQLiteStore", "Store", "Tx", "open_store"]
+__all__ = [
+    "DEFAULT_URL",
+    "MemoryStore",
+    "RunRecord",
+    "SQLiteStore",
+    "StepRecord",
+    "Store",
+    "Tx",
+    "open_store",
+]

@@ -34,6 +34,9 @@ class RunRecord:
     checkpoint_json: str
     created_at: float
     updated_at: float
+    # Who is driving the run, and until when; a run whose lease has expired is free to claim.
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +49,28 @@ class RunRecord:
             "checkpoint_json": self.checkpoint_json,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "lease_owner": self.lease_owner,
+            "lease_expires_at": self.lease_expires_at,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    """One step of a run as ``tether runs show`` prints it (seed 004's step kinds)."""
+
+    seq: int
+    turn: int
+    kind: str
+    detail: str
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "turn": self.turn,
+            "kind": self.kind,
+            "detail": self.detail,
+            "at": self.at,
         }
 
 
@@ -69,6 +94,22 @@ class Tx(abc.ABC):
                 run.run_id, run.state_version, None if current is None else current.state_version
             )
         return new
+
+    # -- a run's conversation and steps: one small row each, never the whole history again ----
+    def append_message(self, run_id: str, seq: int, body: str) -> None:
+        if not self._insert_message(run_id, seq, body):
+            raise StoreError(f"run {run_id} already has message {seq}; reload the run")
+
+    @abc.abstractmethod
+    def messages(self, run_id: str) -> list[str]:
+        """The run's messages as stored (JSON text), in order."""
+
+    def append_step(self, run_id: str, step: StepRecord) -> None:
+        if not self._insert_step(run_id, step):
+            raise StoreError(f"run {run_id} already has step {step.seq}; reload the run")
+
+    @abc.abstractmethod
+    def steps(self, run_id: str) -> list[StepRecord]: ...
 
     # -- effects -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -138,6 +179,12 @@ class Tx(abc.ABC):
 
     @abc.abstractmethod
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool: ...
+
+    @abc.abstractmethod
+    def _insert_message(self, run_id: str, seq: int, body: str) -> bool: ...
+
+    @abc.abstractmethod
+    def _insert_step(self, run_id: str, step: StepRecord) -> bool: ...
 
     @abc.abstractmethod
     def _insert_effect(self, effect: Effect) -> bool: ...

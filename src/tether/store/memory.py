@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import AuditEntry, AuditHead
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, Store, Tx
+from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 
 class _Tables:
@@ -23,11 +23,14 @@ class _Tables:
         self.approvals: dict[str, Approval] = {}
         self.audit: list[AuditEntry] = []
         self.head: AuditHead | None = None
+        self.messages: dict[tuple[str, int], str] = {}
+        self.steps: dict[tuple[str, int], StepRecord] = {}
 
     def copy(self) -> _Tables:
         t = _Tables()
         t.runs, t.effects, t.approvals = dict(self.runs), dict(self.effects), dict(self.approvals)
         t.audit, t.head = list(self.audit), self.head
+        t.messages, t.steps = dict(self.messages), dict(self.steps)
         return t
 
 
@@ -40,6 +43,24 @@ class MemoryTx(Tx):
 
     def get_effect(self, operation_key: str) -> Effect | None:
         return self.t.effects.get(operation_key)
+
+    def messages(self, run_id: str) -> list[str]:
+        return [body for (rid, _), body in sorted(self.t.messages.items()) if rid == run_id]
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        return [step for (rid, _), step in sorted(self.t.steps.items()) if rid == run_id]
+
+    def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
+        if (run_id, seq) in self.t.messages:
+            return False
+        self.t.messages[(run_id, seq)] = body
+        return True
+
+    def _insert_step(self, run_id: str, step: StepRecord) -> bool:
+        if (run_id, step.seq) in self.t.steps:
+            return False
+        self.t.steps[(run_id, step.seq)] = step
+        return True
 
     def get_approval(self, approval_id: str) -> Approval | None:
         return self.t.approvals.get(approval_id)

@@ -23,7 +23,7 @@ from tether.audit import AuditEntry, AuditHead
 from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, Store, Tx
+from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 # Position in this list is the schema version; append, never edit.
 MIGRATIONS: list[str] = [
@@ -89,6 +89,25 @@ MIGRATIONS: list[str] = [
         INSERT OR REPLACE INTO audit_head (id, seq, hash) VALUES (1, NEW.seq, NEW.hash);
     END;
     """,
+    """
+    ALTER TABLE agent_runs ADD COLUMN lease_owner TEXT;
+    ALTER TABLE agent_runs ADD COLUMN lease_expires_at REAL;
+    CREATE TABLE run_messages (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE run_steps (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        turn INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    """,
 ]
 
 _EFFECT_COLUMNS = (
@@ -97,7 +116,7 @@ _EFFECT_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
-    "created_at, updated_at"
+    "created_at, updated_at, lease_owner, lease_expires_at"
 )
 
 
@@ -150,6 +169,8 @@ def _run(row: tuple[Any, ...]) -> RunRecord:
         checkpoint_json=row[6],
         created_at=row[7],
         updated_at=row[8],
+        lease_owner=row[9],
+        lease_expires_at=row[10],
     )
 
 
@@ -182,6 +203,29 @@ class SQLiteTx(Tx):
         ).fetchone()
         return None if row is None else _effect(row)
 
+    def messages(self, run_id: str) -> list[str]:
+        rows = self.c.execute(
+            "SELECT body FROM run_messages WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        rows = self.c.execute(
+            "SELECT seq, turn, kind, detail, at FROM run_steps WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [StepRecord(seq=r[0], turn=r[1], kind=r[2], detail=r[3], at=r[4]) for r in rows]
+
+    def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
+        return _inserted(self.c, "INSERT INTO run_messages VALUES (?, ?, ?)", (run_id, seq, body))
+
+    def _insert_step(self, run_id: str, step: StepRecord) -> bool:
+        return _inserted(
+            self.c,
+            "INSERT INTO run_steps VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, step.seq, step.turn, step.kind, step.detail, step.at),
+        )
+
     def get_approval(self, approval_id: str) -> Approval | None:
         return _approval(
             self.c.execute(
@@ -201,7 +245,7 @@ class SQLiteTx(Tx):
     def _insert_run(self, run: RunRecord) -> bool:
         return _inserted(
             self.c,
-            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.state_version,
@@ -212,19 +256,24 @@ class SQLiteTx(Tx):
                 run.checkpoint_json,
                 run.created_at,
                 run.updated_at,
+                run.lease_owner,
+                run.lease_expires_at,
             ),
         )
 
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
         cur = self.c.execute(
             "UPDATE agent_runs SET state_version = ?, status = ?, policy_version = ?, "
-            "checkpoint_json = ?, updated_at = ? WHERE run_id = ? AND state_version = ?",
+            "checkpoint_json = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? "
+            "WHERE run_id = ? AND state_version = ?",
             (
                 run.state_version,
                 run.status,
                 run.policy_version,
                 run.checkpoint_json,
                 run.updated_at,
+                run.lease_owner,
+                run.lease_expires_at,
                 run.run_id,
                 expected_version,
             ),

@@ -1,0 +1,211 @@
+"""A ``Model`` backed by the Anthropic Messages API (``pip install 'tether[anthropic]'``).
+
+System messages go to the ``system`` parameter, assistant tool calls become ``tool_use``
+blocks and consecutive tool messages become one user message of ``tool_result`` blocks.
+Tools arrive in the OpenAI format (``Registry.openai_tools()``) and are converted. Every SDK
+failure, and any answer that is not a message, is raised as ``ModelError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+try:
+    import anthropic
+except ImportError as e:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(
+        "tether.models.anthropic needs the anthropic package: pip install 'tether[anthropic]'"
+    ) from e
+
+from tether.errors import ModelError
+from tether.models import Message, ModelToolCall
+
+_HINTS = {
+    400: "check the messages, tools and parameters sent",
+    401: "check the API key",
+    403: "check that the API key may use this model",
+    404: "check the model name and the base URL",
+    408: "the request timed out; try again",
+    413: "the request is too large; shorten the conversation",
+    429: "rate limit reached; wait and try again, or check the account's limits",
+    529: "the API is overloaded; try again later",
+}
+
+
+def _hint(status: int) -> str:
+    if status in _HINTS:
+        return _HINTS[status]
+    if status >= 500:
+        return "the provider failed; try again later"
+    return "check the request and the provider's status"
+
+
+def _short(text: object, limit: int = 200) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI-format tool definitions as Anthropic ``{name, description, input_schema}``;
+    definitions already in the Anthropic format pass through."""
+    converted: list[dict[str, Any]] = []
+    for tool in tools:
+        if "input_schema" in tool:
+            converted.append(dict(tool))
+            continue
+        function = tool.get("function", tool)
+        converted.append(
+            {
+                "name": function["name"],
+                "description": function.get("description", ""),
+                "input_schema": dict(
+                    function.get("parameters") or {"type": "object", "properties": {}}
+                ),
+            }
+        )
+    return converted
+
+
+def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """Tether messages as the Messages API's ``(system, messages)``."""
+    system: list[str] = []
+    wire: list[dict[str, Any]] = []
+
+    def add_user_blocks(blocks: list[dict[str, Any]]) -> None:
+        # Tool results and a following user turn share one user message: roles alternate.
+        last = wire[-1] if wire else None
+        if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+            last["content"].extend(blocks)
+        else:
+            wire.append({"role": "user", "content": blocks})
+
+    for m in messages:
+        if m.role == "system":
+            if m.content:
+                system.append(m.content)
+        elif m.role == "tool":
+            add_user_blocks(
+                [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}]
+            )
+        elif m.role == "user":
+            if wire and wire[-1]["role"] == "user" and isinstance(wire[-1]["content"], list):
+                add_user_blocks([{"type": "text", "text": m.content}])
+            else:
+                wire.append({"role": "user", "content": m.content})
+        elif m.tool_calls:
+            blocks: list[dict[str, Any]] = []
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            blocks.extend(
+                {"type": "tool_use", "id": tc.id, "name": tc.name, "input": dict(tc.arguments)}
+                for tc in m.tool_calls
+            )
+            wire.append({"role": "assistant", "content": blocks})
+        else:
+            wire.append({"role": "assistant", "content": m.content})
+    return "\n\n".join(system), wire
+
+
+class AnthropicModel:
+    """Answers with ``client.messages.create``; ``create_kwargs`` go to every call
+    (``temperature=0``, ``tool_choice=...``)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: anthropic.Anthropic | None = None,
+        max_tokens: int = 1024,
+        **create_kwargs: Any,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.create_kwargs = create_kwargs
+        self._owns_client = client is None
+        if client is None:
+            try:
+                client = anthropic.Anthropic()
+            except anthropic.AnthropicError as e:
+                raise ModelError(
+                    f"cannot create an Anthropic client ({_short(e)}); "
+                    "set ANTHROPIC_API_KEY or pass client=anthropic.Anthropic(...)"
+                ) from e
+        self.client = client
+
+    def close(self) -> None:
+        """Close the client if this model created it; a client passed in is the caller's."""
+        if self._owns_client:
+            self.client.close()
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+        system, wire = to_anthropic_messages(messages)
+        kwargs: dict[str, Any] = dict(self.create_kwargs)
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = to_anthropic_tools(tools)
+        try:
+            response: object = self.client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                messages=cast(Any, wire),
+                **kwargs,
+            )
+        except anthropic.APIStatusError as e:
+            raise ModelError(
+                f"Anthropic answered HTTP {e.status_code} for model '{self.model}' "
+                f"({_short(e.message)}); {_hint(e.status_code)}"
+            ) from e
+        except anthropic.APIConnectionError as e:
+            raise ModelError(
+                f"could not reach Anthropic at {self.client.base_url} ({_short(e.message)}); "
+                "check the base URL and the network"
+            ) from e
+        except anthropic.AnthropicError as e:
+            raise ModelError(
+                f"Anthropic's answer for model '{self.model}' could not be read ({_short(e)}); "
+                "check that the base URL points at the Messages API"
+            ) from e
+        except ValueError as e:  # a JSON content type with a body that is not JSON
+            raise ModelError(
+                f"Anthropic answered model '{self.model}' with a body that is not JSON "
+                f"({_short(e)}); check that the base URL points at the Messages API"
+            ) from e
+        return self._to_message(response)
+
+    def _to_message(self, response: object) -> Message:
+        try:
+            blocks = getattr(response, "content", None)
+            if not isinstance(blocks, list):
+                raise TypeError("no content blocks")
+            texts: list[str] = []
+            calls: list[ModelToolCall] = []
+            for block in blocks:
+                kind = getattr(block, "type", None)
+                if kind == "text":
+                    texts.append(str(block.text))
+                elif kind == "tool_use":
+                    calls.append(self._to_call(block))
+        except (AttributeError, TypeError, KeyError) as e:
+            raise ModelError(
+                f"Anthropic answered model '{self.model}' with something that is not a message "
+                f"({_short(e) or type(e).__name__}: {_short(response, 120)}); "
+                "check that the base URL points at the Messages API"
+            ) from e
+        return Message(role="assistant", content="".join(texts), tool_calls=tuple(calls))
+
+    @staticmethod
+    def _to_call(block: Any) -> ModelToolCall:
+        name = str(block.name)
+        value = block.input
+        if isinstance(value, dict):
+            return ModelToolCall(id=str(block.id), name=name, arguments=value)
+        return ModelToolCall(
+            id=str(block.id),
+            name=name,
+            parse_error=f"arguments for '{name}' must be a JSON object, got {type(value).__name__}",
+        )
+
+
+__all__ = ["AnthropicModel", "to_anthropic_messages", "to_anthropic_tools"]
