@@ -31,6 +31,7 @@ class ApprovalStatus(StrEnum):
     DENIED = "denied"
     EXPIRED = "expired"
     USED = "used"
+    EDITED = "edited"  # replaced by an approver's edit: a new approval for the edited call
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +97,11 @@ class Approval:
     reason: str | None = None
     decided_at: float | None = None
     used_at: float | None = None
+    # Who may decide, as the policy in force said when the request was made: a decision
+    # recorded without loading the app (the command line) is checked against this list.
+    approvers: tuple[str, ...] = ()
+    replaced_by: str | None = None
+    replaces: str | None = None
 
     @classmethod
     def request(
@@ -106,6 +112,7 @@ class Approval:
         policy_version: str,
         now: float,
         ttl_s: float,
+        approvers: frozenset[str] = frozenset(),
     ) -> Approval:
         return cls(
             approval_id=approval_id,
@@ -124,6 +131,7 @@ class Approval:
             status=ApprovalStatus.PENDING,
             created_at=now,
             expires_at=now + ttl_s,
+            approvers=tuple(sorted(approvers)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,12 +157,16 @@ class Approval:
             "expires_at": self.expires_at,
             "decided_at": self.decided_at,
             "used_at": self.used_at,
+            "approvers": list(self.approvers),
+            "replaced_by": self.replaced_by,
+            "replaces": self.replaces,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Approval:
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         fields["status"] = ApprovalStatus(data["status"])
+        fields["approvers"] = tuple(data.get("approvers", ()))
         return cls(**fields)
 
 
@@ -166,16 +178,10 @@ def resource_of(tool: str, arguments: Mapping[str, Any]) -> str:
     return f"tool:{tool}"
 
 
-def decide_request(
-    approval: Approval,
-    *,
-    approve: bool,
-    approver: str,
-    authorized: frozenset[str],
-    now: float,
-    reason: str | None = None,
-) -> Approval:
-    """The approval after a human decision; refuses anything but a fresh pending request."""
+def check_decider(
+    approval: Approval, *, approver: str, authorized: frozenset[str], now: float
+) -> None:
+    """Raise unless ``approver`` may decide ``approval`` now."""
     if approval.status is not ApprovalStatus.PENDING:
         raise ApprovalStateError(
             f"approval {approval.approval_id} is already {approval.status.value}; "
@@ -194,6 +200,19 @@ def decide_request(
             f"{approver} is not an approver for '{approval.tool}' under policy "
             f"{approval.policy_version}; approvers are: {', '.join(sorted(authorized)) or 'none'}"
         )
+
+
+def decide_request(
+    approval: Approval,
+    *,
+    approve: bool,
+    approver: str,
+    authorized: frozenset[str],
+    now: float,
+    reason: str | None = None,
+) -> Approval:
+    """The approval after a human decision; refuses anything but a fresh pending request."""
+    check_decider(approval, approver=approver, authorized=authorized, now=now)
     return replace(
         approval,
         status=ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED,

@@ -17,8 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tether.approvals import Approval, ApprovalStatus, CallBinding, decide_request, verify_grant
+from tether.approvals import Approval, ApprovalStatus, CallBinding, check_decider, verify_grant
 from tether.budget import Budget
+from tether.decisions import (
+    approval_audit,
+    decide_approval,
+    expire,
+    latest_approval,
+    load_for_decision,
+)
 from tether.digest import canonical_json, sha256_hex
 from tether.errors import (
     ApprovalDenied,
@@ -317,7 +324,7 @@ class Gate:
         assert self.policy is not None  # an ask verdict needs a policy
         found = tx.find_approval(binding.run_id, binding.call_id)
         if found is not None and found.status is ApprovalStatus.PENDING and now > found.expires_at:
-            found = self._expire(tx, found, now)
+            found = expire(tx, found, now)
         if found is not None and found.status is ApprovalStatus.DENIED:
             return refuse(
                 "call_denied",
@@ -343,6 +350,7 @@ class Gate:
                 policy_version=decision.policy_version,
                 now=now,
                 ttl_s=self.policy.approval_ttl_s,
+                approvers=self.policy.approvers_for(binding.tool),
             )
             tx.insert_approval(request)
             tx.append_audit(
@@ -350,7 +358,7 @@ class Gate:
                 at=now,
                 run_id=binding.run_id,
                 actor=actor,
-                data={**_approval_audit(request), "reasons": list(decision.reasons)},
+                data={**approval_audit(request), "reasons": list(decision.reasons)},
             )
             return ApprovalRequired(
                 request.approval_id, binding.tool, dict(binding.arguments), request.expires_at
@@ -492,53 +500,125 @@ class Gate:
     ) -> Approval:
         if self.policy is None:
             raise ApprovalStateError("no policy is loaded, so no one is authorised to approve")
-        now = self.clock()
-        error: BaseException | None = None
-        with self.store.transaction() as tx:
-            approval = tx.get_approval(approval_id)
-            if approval is None:
-                raise ApprovalStateError(
-                    f"no approval {approval_id}; list pending ones with `tether approvals list`"
-                )
-            if approval.status is ApprovalStatus.PENDING and now > approval.expires_at:
-                self._expire(tx, approval, now)
-                error = ApprovalStateError(
-                    f"approval {approval_id} expired; the call must be proposed again"
-                )
-            elif approval.policy_version != self.policy.version:
-                raise ApprovalStateError(
-                    f"approval {approval_id} was requested under policy "
-                    f"{approval.policy_version}, but policy {self.policy.version} is in force; "
-                    "the call must be proposed again"
-                )
-            else:
-                decided = decide_request(
-                    approval,
-                    approve=approve,
-                    approver=approver,
-                    authorized=self.policy.approvers_for(approval.tool),
-                    now=now,
-                    reason=reason,
-                )
-                tx.update_approval(decided, ApprovalStatus.PENDING)
-                tx.append_audit(
-                    "approval_granted" if approve else "approval_denied",
-                    at=now,
-                    run_id=approval.run_id,
-                    actor=approver,
-                    data={**_approval_audit(decided), "reason": reason},
-                )
-        if error is not None:
-            raise error
-        return decided
-
-    def _expire(self, tx: Tx, approval: Approval, now: float) -> Approval:
-        expired = _replace_approval(approval, status=ApprovalStatus.EXPIRED)
-        tx.update_approval(expired, ApprovalStatus.PENDING)
-        tx.append_audit(
-            "approval_expired", at=now, run_id=approval.run_id, data=_approval_audit(expired)
+        return decide_approval(
+            self.store,
+            approval_id,
+            approver,
+            approve=approve,
+            now=self.clock(),
+            reason=reason,
+            policy=self.policy,
         )
-        return expired
+
+    def edit(
+        self,
+        approval_id: str,
+        approver: str,
+        arguments: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+    ) -> Approval:
+        """Replace a pending call's arguments as an approver: a new proposal with its own
+        digest, judged by the policy again, approved by the editor. Returns the new approval."""
+        if self.policy is None:
+            raise ApprovalStateError("no policy is loaded, so no one is authorised to edit")
+        now = self.clock()
+        with self.store.transaction() as tx:
+            found = load_for_decision(tx, approval_id, now, self.policy)
+            if isinstance(found, ApprovalStateError):
+                error = found
+            else:
+                return self._edit(tx, found, approver, dict(arguments), reason, now)
+        raise error
+
+    def _edit(
+        self,
+        tx: Tx,
+        original: Approval,
+        approver: str,
+        arguments: dict[str, Any],
+        reason: str | None,
+        now: float,
+    ) -> Approval:
+        assert self.policy is not None
+        check_decider(
+            original,
+            approver=approver,
+            authorized=self.policy.approvers_for(original.tool),
+            now=now,
+        )
+        tool = self.registry.resolve(original.tool, original.tool_version)
+        tool.validate(arguments)
+        state = RunState.load(_load_run(tx, original.run_id))
+        flags = screen_arguments(arguments)
+        decision = decide(self.policy, state.principal, tool.manifest, arguments, flags)
+        if decision.verdict is Verdict.DENY:
+            raise PolicyDenied(tool.name, decision.reasons, decision.policy_version)
+        approval_id = new_id("apr")
+        binding = CallBinding(
+            run_id=original.run_id,
+            call_id=f"{original.call_id}~edit-{approval_id[-8:]}",
+            tool=tool.name,
+            tool_version=tool.manifest.version,
+            tool_schema_digest=tool.manifest.schema_digest,
+            arguments=arguments,
+            tenant=state.principal.tenant,
+            actor=original.actor,
+        )
+        request = Approval.request(
+            approval_id,
+            binding,
+            policy_version=self.policy.version,
+            now=now,
+            ttl_s=self.policy.approval_ttl_s,
+            approvers=self.policy.approvers_for(tool.name),
+        )
+        edited = replace(
+            request,
+            status=ApprovalStatus.APPROVED,
+            approver=approver,
+            decision="edit",
+            reason=reason,
+            decided_at=now,
+            replaces=original.approval_id,
+        )
+        tx.insert_approval(edited)
+        replaced = replace(
+            original,
+            status=ApprovalStatus.EDITED,
+            approver=approver,
+            decision="edit",
+            reason=reason,
+            decided_at=now,
+            replaced_by=approval_id,
+        )
+        tx.update_approval(replaced, ApprovalStatus.PENDING)
+        secrets = secret_values(arguments, tool.manifest.sensitive_fields)
+        tx.append_audit(
+            "approval_edited",
+            at=now,
+            run_id=original.run_id,
+            actor=approver,
+            data=scrub(
+                {
+                    "approval_id": original.approval_id,
+                    "replaced_by": approval_id,
+                    "call_id": original.call_id,
+                    "edited_call_id": binding.call_id,
+                    "tool": tool.name,
+                    "argument_digest": original.argument_digest,
+                    "edited_argument_digest": binding.argument_digest,
+                    "decision": decision.to_dict(),
+                    "reason": reason,
+                },
+                secrets,
+            ),
+        )
+        return edited
+
+    def approval_for(self, run_id: str, call_id: str) -> Approval | None:
+        """The latest approval requested for a call (expired first if its time is up)."""
+        return latest_approval(self.store, run_id, call_id, self.clock())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -574,12 +654,6 @@ def _with_state(record: RunRecord, state: RunState, budget: Budget, now: float) 
 
 def _replace_approval(approval: Approval, **changes: Any) -> Approval:
     return replace(approval, **changes)
-
-
-def _approval_audit(approval: Approval) -> dict[str, Any]:
-    data = approval.to_dict()
-    data.pop("arguments")
-    return data
 
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
