@@ -1181,9 +1181,19 @@ def test_run_with_approval_denied_is_fed_back(store: Store) -> None:
 
 def test_scripted_model_runs_out_of_turns() -> None:
     model = ScriptedModel(["done"])
-    assert model.complete([], []).content == "done"
+    first = model.complete([], [])
+    assert first.content == "done"
     with pytest.raises(ConfigurationError):
-        model.complete([], [])
+        model.complete([first], [])
+
+
+def test_scripted_model_turn_follows_the_conversation_not_the_object() -> None:
+    # A fresh model (another process) given a conversation with one answer plays turn two.
+    script = ["one", "two"]
+    assert (
+        ScriptedModel(script).complete([Message(role="assistant", content="one")], []).content
+        == "two"
+    )
 
 
 # -- sandbox ----------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── InvalidArguments            arguments that break the tool's schema (also a ValueError)
     ├── BudgetExceeded              steps, cost or bytes would go over the budget
     ├── ApprovalStateError          deciding an approval that is unknown or already decided
+    ├── RunStateError               resuming a run that is unknown or already finished
+    ├── RunConflict                 another worker holds the run's lease
     ├── OperationConflict           an operation key reused with different arguments
     ├── InvalidTransition           an effect state change the state machine forbids
     ├── ToolFailed                  the tool raised; the effect is recorded as failed
@@ -144,6 +146,14 @@ BudgetExhaustedError = BudgetExceeded
 
 class ApprovalStateError(TetherError):
     """An approval that cannot be decided: unknown, already decided, or expired."""
+
+
+class RunStateError(TetherError):
+    """A run that cannot do what was asked: unknown, finished, or inconsistent."""
+
+
+class RunConflict(TetherError):
+    """Another worker is driving the run; exactly one may."""
 
 
 class OperationConflict(TetherError):

@@ -1,34 +1,67 @@
-"""Agent runs: the model loop whose every tool call goes through the gate (seed 004).
+"""Durable agent runs: the model loop whose every tool call goes through the gate.
 
 The model gets the conversation and the registry's tool schemas; each proposed call goes
 through ``Gate.call``; results come back as tool messages; a message without tool calls ends
-the run. Approvals are decided inline by an ``Approver`` callback and recorded in the store
-like any other decision. Parallel calls in one turn are matched to their approvals by
-approval id, never by position.
+the run. Everything a resume needs is in the store, one small row per message and per step,
+plus a few counters in the run's checkpoint — never the whole history again (which would make
+long runs quadratic). A resume in any process reloads the conversation and continues:
+
+- a model turn whose answer was stored is never asked again;
+- a tool call whose effect was recorded is replayed from the ledger, never run again;
+- a call waiting for a human is matched to its approval by the call's id, never by position.
+
+A run is driven by one worker at a time, under a lease in the run row; a second worker trying
+the same run gets ``RunConflict``. Approvals are decided inline by an ``Approver`` callback,
+or asynchronously: the run persists what it waits for, becomes ``awaiting_approval`` and the
+process may exit.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
-from tether.approvals import Approval
+from tether.approvals import Approval, ApprovalStatus
+from tether.budget import Budget
+from tether.digest import canonical_json
 from tether.errors import (
+    ApprovalDenied,
     ApprovalRequired,
     BudgetExceeded,
     Denied,
     InvalidArguments,
+    ModelError,
     OperationConflict,
     OutcomeUnknown,
+    RunConflict,
+    RunStateError,
     ToolFailed,
 )
-from tether.gate import Gate, ToolCall
+from tether.gate import Gate, RunState, ToolCall
 from tether.models import Message, Model, ModelToolCall
+from tether.policy import Principal
+from tether.store.base import RunRecord, StepRecord, Tx
 
 # Given the pending approval, the approver's answer: True approves, False denies.
 Approver = Callable[[Approval], bool]
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -40,16 +73,394 @@ class Step:
 
 @dataclass
 class RunResult:
+    """Where a run stands after it was driven: finished, or waiting for approvals."""
+
     run_id: str
+    status: str
     messages: list[Message] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     final: str = ""
-    status: str = "running"
+    approvals: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "final": self.final,
+            "approvals": self.approvals,
+            "steps": [{"index": s.index, "kind": s.kind, "detail": s.detail} for s in self.steps],
+        }
 
 
-def _error_message(tc: ModelToolCall, error: str, **extra: Any) -> Message:
-    content = json.dumps({"error": error, "tool": tc.name, **extra}, ensure_ascii=False)
-    return Message(role="tool", content=content, tool_call_id=tc.id)
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class _Progress:
+    """What one drive appends; written in small transactions as it goes."""
+
+    messages: list[Message]
+    turn: int
+
+
+class Runner:
+    """Drives runs of one agent: a model and a gate (its registry, policy and store)."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        model: Model,
+        *,
+        system: str = "",
+        max_turns: int = 8,
+        approver: Approver | None = None,
+        approver_id: str | None = None,
+        worker: str | None = None,
+        lease_s: float = 60.0,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if approver is not None and approver_id is None:
+            raise ValueError("an inline approver needs approver_id: who is deciding")
+        self.gate = gate
+        self.store = gate.store
+        self.model = model
+        self.system = system
+        self.max_turns = max_turns
+        self.approver = approver
+        self.approver_id = approver_id
+        self.worker = worker or worker_name()
+        self.lease_s = lease_s
+        self.metadata = metadata or {}
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.gate.clock
+
+    # -- public API --------------------------------------------------------------------------
+    def start(
+        self,
+        user_input: str,
+        principal: Principal,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Start a run and drive it until it finishes or waits for a human."""
+        run_id = self.create(user_input, principal, budget=budget, run_id=run_id)
+        return self.resume(run_id)
+
+    def create(
+        self,
+        user_input: str,
+        principal: Principal,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Persist a new run without driving it (a worker will pick it up)."""
+        run_id = self.gate.start_run(principal, budget=budget, run_id=run_id)
+        self.begin(run_id, user_input)
+        return run_id
+
+    def begin(self, run_id: str, user_input: str) -> None:
+        """Write the opening of the conversation into a run made with ``Gate.start_run``."""
+        first = [Message(role="system", content=self.system)] if self.system else []
+        first.append(Message(role="user", content=user_input))
+        with self.store.transaction() as tx:
+            record = _run(tx, run_id)
+            state = RunState.load(record)
+            if state.extra.get("messages"):
+                raise RunStateError(f"run {run_id} already has a conversation; resume it instead")
+            extra = {**state.extra, **self.metadata, "turns": 0, "messages": 0, "steps": 0}
+            for m in first:
+                extra["messages"] += 1
+                tx.append_message(run_id, extra["messages"], canonical_json(m.to_dict()))
+            tx.update_run(replace(record, checkpoint_json=replace(state, extra=extra).dump()))
+
+    def resume(self, run_id: str) -> RunResult:
+        """Continue a run from its checkpoint, in this process."""
+        self._claim(run_id)
+        try:
+            return self._drive(run_id)
+        except BaseException:
+            self._release(run_id)
+            raise
+
+    # -- leases ------------------------------------------------------------------------------
+    def _claim(self, run_id: str) -> None:
+        now = self.clock()
+        with self.store.transaction() as tx:
+            record = tx.get_run(run_id)
+            if record is None:
+                raise RunStateError(f"no run {run_id}; see `tether runs list`")
+            status = RunStatus(record.status)
+            if status.finished:
+                raise RunStateError(f"run {run_id} is already {status.value}; nothing to resume")
+            if (
+                record.lease_owner not in (None, self.worker)
+                and record.lease_expires_at is not None
+                and record.lease_expires_at > now
+            ):
+                raise RunConflict(
+                    f"run {run_id} is being driven by {record.lease_owner} (lease until "
+                    f"{record.lease_expires_at:.0f}); wait for it, or for its lease to expire"
+                )
+            tx.update_run(
+                replace(
+                    record,
+                    status=RunStatus.RUNNING.value,
+                    lease_owner=self.worker,
+                    lease_expires_at=now + self.lease_s,
+                    updated_at=now,
+                )
+            )
+            tx.append_audit(
+                "run_claimed",
+                at=now,
+                run_id=run_id,
+                actor=self.worker,
+                data={"previous_status": status.value},
+            )
+
+    def _release(self, run_id: str) -> None:
+        try:
+            with self.store.transaction() as tx:
+                record = tx.get_run(run_id)
+                if record is not None and record.lease_owner == self.worker:
+                    tx.update_run(replace(record, lease_owner=None, lease_expires_at=None))
+        except Exception:
+            pass
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _drive(self, run_id: str) -> RunResult:
+        with self.store.read() as tx:
+            record = _run(tx, run_id)
+            messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
+        turn = int(RunState.load(record).extra.get("turns", 0))
+        tools = self.gate.registry.openai_tools()
+        while True:
+            last = messages[-1]
+            if last.role == "assistant" and last.tool_calls:
+                waiting = self._answer_calls(run_id, messages, turn - 1)
+                if waiting:
+                    return self._finish(run_id, RunStatus.AWAITING_APPROVAL, approvals=waiting)
+                continue
+            if last.role == "assistant":
+                return self._finish(run_id, RunStatus.COMPLETED, final=last.content)
+            if turn >= self.max_turns:
+                self._record(
+                    run_id,
+                    steps=[("error", f"no final answer after {self.max_turns} turns")],
+                    turn=turn,
+                )
+                return self._finish(run_id, RunStatus.FAILED)
+            try:
+                reply = self.model.complete(messages, tools)
+            except ModelError as e:
+                self._record(run_id, steps=[("error", f"model: {e}")], turn=turn)
+                return self._finish(run_id, RunStatus.FAILED)
+            steps = [] if reply.tool_calls else [("final", reply.content)]
+            self._record(run_id, messages=[reply], steps=steps, turn=turn, turns=turn + 1)
+            turn += 1
+            messages.append(reply)
+
+    def _answer_calls(self, run_id: str, messages: list[Message], turn: int) -> list[str]:
+        """Answer every open call of the last turn that can be answered; return the approval
+        ids still waiting. Siblings that need no approval are answered before the run waits."""
+        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        waiting: list[str] = []
+        for tc in messages[-1].tool_calls:
+            if tc.id in answered:
+                continue
+            steps: list[tuple[str, str]] = []
+            reply = self._answer(run_id, tc, steps)
+            if isinstance(reply, str):
+                waiting.append(reply)
+                self._record(run_id, steps=steps, turn=turn)
+                continue
+            self._record(run_id, messages=[reply], steps=steps, turn=turn)
+            messages.append(reply)
+        return waiting
+
+    def _answer(
+        self, run_id: str, tc: ModelToolCall, steps: list[tuple[str, str]]
+    ) -> Message | str:
+        """The tool message answering ``tc``, or the id of the approval it waits for."""
+        if tc.parse_error is not None:
+            steps.append(("tool_error", f"{tc.name}: {tc.parse_error}"))
+            return _error(tc, "invalid_arguments", message=tc.parse_error)
+        call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
+        note = ""
+        approval = self.gate.approval_for(run_id, tc.id)
+        if approval is not None and approval.status is ApprovalStatus.EDITED:
+            edited = self._edited(approval)
+            call = ToolCall(call_id=edited.call_id, tool=tc.name, arguments=dict(edited.arguments))
+            approval = edited
+            edited_args = canonical_json(dict(edited.arguments))
+            note = f"[arguments edited by {edited.approver}: {edited_args}]\n"
+        if approval is not None:
+            if approval.status is ApprovalStatus.PENDING:
+                return approval.approval_id
+            if approval.status is ApprovalStatus.EXPIRED:
+                steps.append(("approval_expired", tc.name))
+                return _error(tc, "approval_expired", approval_id=approval.approval_id)
+            if approval.status is ApprovalStatus.APPROVED:
+                steps.append(("approval_granted", f"{tc.name} by {approval.approver}"))
+        try:
+            try:
+                outcome = self.gate.call(run_id, call)
+            except ApprovalRequired as signal:
+                steps.append(
+                    ("approval_required", f"{tc.name}({canonical_json(dict(tc.arguments))})")
+                )
+                if self.approver is None:
+                    return signal.approval_id
+                self._decide_inline(signal.approval_id, tc, steps)
+                outcome = self.gate.call(run_id, call)
+        except ApprovalDenied as e:
+            steps.append(("approval_denied", tc.name + (f": {e.reason}" if e.reason else "")))
+            return _error(tc, "approval_denied", reason=e.reason)
+        except (Denied, InvalidArguments, BudgetExceeded, OperationConflict) as e:
+            steps.append(("tool_error", f"{tc.name}: {e}"))
+            return _error(tc, type(e).__name__, message=str(e))
+        except (ToolFailed, OutcomeUnknown) as e:
+            steps.append(("tool_error", f"{tc.name}: {e}"))
+            return _error(tc, type(e).__name__, message=str(e))
+        steps.append(
+            ("tool_call", f"{tc.name}({canonical_json(dict(call.arguments))}) -> {outcome.text}")
+        )
+        return Message(role="tool", content=note + outcome.text, tool_call_id=tc.id)
+
+    def _decide_inline(
+        self, approval_id: str, tc: ModelToolCall, steps: list[tuple[str, str]]
+    ) -> None:
+        assert self.approver is not None and self.approver_id is not None
+        with self.store.read() as tx:
+            pending = tx.get_approval(approval_id)
+        assert pending is not None
+        if self.approver(pending):
+            self.gate.approve(approval_id, self.approver_id)
+            steps.append(("approval_granted", tc.name))
+        else:
+            self.gate.deny(approval_id, self.approver_id)
+
+    def _edited(self, approval: Approval) -> Approval:
+        with self.store.read() as tx:
+            edited = tx.get_approval(approval.replaced_by or "")
+        if edited is None:
+            raise RunStateError(
+                f"approval {approval.approval_id} was edited but its edit is missing"
+            )
+        return edited
+
+    # -- persistence -------------------------------------------------------------------------
+    def _record(
+        self,
+        run_id: str,
+        *,
+        messages: tuple[Message, ...] | list[Message] = (),
+        steps: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        turn: int,
+        turns: int | None = None,
+    ) -> None:
+        """Append messages and steps and renew the lease, in one transaction (I6: the write is
+        a compare-and-swap on the run, and only the lease holder may make it)."""
+        now = self.clock()
+        with self.store.transaction() as tx:
+            record = self._held(tx, run_id)
+            state = RunState.load(record)
+            extra = dict(state.extra)
+            for m in messages:
+                extra["messages"] = extra.get("messages", 0) + 1
+                tx.append_message(run_id, extra["messages"], canonical_json(m.to_dict()))
+            for kind, detail in steps:
+                extra["steps"] = extra.get("steps", 0) + 1
+                tx.append_step(
+                    run_id,
+                    StepRecord(seq=extra["steps"], turn=turn, kind=kind, detail=detail, at=now),
+                )
+            if turns is not None:
+                extra["turns"] = turns
+            tx.update_run(
+                replace(
+                    record,
+                    checkpoint_json=replace(state, extra=extra).dump(),
+                    lease_expires_at=now + self.lease_s,
+                    updated_at=now,
+                )
+            )
+
+    def _held(self, tx: Tx, run_id: str) -> RunRecord:
+        record = _run(tx, run_id)
+        if record.lease_owner != self.worker:
+            raise RunConflict(
+                f"run {run_id} is now driven by {record.lease_owner}; this worker lost its lease"
+            )
+        return record
+
+    def _finish(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        final: str = "",
+        approvals: list[str] | None = None,
+    ) -> RunResult:
+        now = self.clock()
+        with self.store.transaction() as tx:
+            record = self._held(tx, run_id)
+            tx.update_run(
+                replace(
+                    record,
+                    status=status.value,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+            )
+            tx.append_audit(
+                f"run_{status.value}",
+                at=now,
+                run_id=run_id,
+                actor=self.worker,
+                data={"approvals": approvals or []},
+            )
+        return load_result(self.gate, run_id)
+
+
+def load_result(gate: Gate, run_id: str) -> RunResult:
+    """A run as stored: status, conversation, steps, and what it waits for."""
+    with gate.store.read() as tx:
+        record = _run(tx, run_id)
+        messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
+        steps = [Step(s.turn, s.kind, s.detail) for s in tx.steps(run_id)]
+    waiting = [
+        a.approval_id for a in gate.store.list_approvals(ApprovalStatus.PENDING, run_id=run_id)
+    ]
+    final = ""
+    if record.status == RunStatus.COMPLETED.value and messages:
+        final = messages[-1].content
+    return RunResult(
+        run_id=run_id,
+        status=record.status,
+        messages=messages,
+        steps=steps,
+        final=final,
+        approvals=waiting if record.status == RunStatus.AWAITING_APPROVAL.value else [],
+    )
+
+
+def _run(tx: Tx, run_id: str) -> RunRecord:
+    record = tx.get_run(run_id)
+    if record is None:
+        raise RunStateError(f"no run {run_id}; see `tether runs list`")
+    return record
+
+
+def _error(tc: ModelToolCall, error: str, **extra: Any) -> Message:
+    body = {"error": error, "tool": tc.name, **{k: v for k, v in extra.items() if v is not None}}
+    return Message(role="tool", content=json.dumps(body, ensure_ascii=False), tool_call_id=tc.id)
 
 
 def run_with_approval(
@@ -63,58 +474,11 @@ def run_with_approval(
     system: str = "",
     max_steps: int = 8,
 ) -> RunResult:
-    """Run the model loop to a final answer, deciding approvals inline."""
-    result = RunResult(run_id=run_id)
-    if system:
-        result.messages.append(Message(role="system", content=system))
-    result.messages.append(Message(role="user", content=user_input))
-    tools = gate.registry.openai_tools()
+    """Seed 004's loop: run to a final answer on an existing run, deciding approvals inline.
 
-    for i in range(max_steps):
-        reply = model.complete(result.messages, tools)
-        result.messages.append(reply)
-        if not reply.tool_calls:
-            result.steps.append(Step(i, "final", reply.content))
-            result.final, result.status = reply.content, "completed"
-            return result
-        for tc in reply.tool_calls:
-            result.messages.append(_call_tool(gate, run_id, tc, i, result, approver, approver_id))
-
-    result.steps.append(Step(max_steps, "error", f"no final answer after {max_steps} steps"))
-    result.status = "failed"
-    return result
-
-
-def _call_tool(
-    gate: Gate,
-    run_id: str,
-    tc: ModelToolCall,
-    i: int,
-    result: RunResult,
-    approver: Approver,
-    approver_id: str,
-) -> Message:
-    call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
-    try:
-        try:
-            outcome = gate.call(run_id, call)
-        except ApprovalRequired as ar:
-            result.steps.append(Step(i, "approval_required", f"{tc.name}({dict(tc.arguments)})"))
-            with gate.store.read() as tx:
-                pending = tx.get_approval(ar.approval_id)
-            assert pending is not None
-            if not approver(pending):
-                gate.deny(ar.approval_id, approver_id)
-                result.steps.append(Step(i, "approval_denied", tc.name))
-                return _error_message(tc, "approval_denied")
-            gate.approve(ar.approval_id, approver_id)
-            result.steps.append(Step(i, "approval_granted", tc.name))
-            outcome = gate.call(run_id, call)
-    except (Denied, InvalidArguments, BudgetExceeded, OperationConflict) as e:
-        result.steps.append(Step(i, "tool_error", f"{tc.name}: {e}"))
-        return _error_message(tc, type(e).__name__, message=str(e))
-    except (ToolFailed, OutcomeUnknown) as e:
-        result.steps.append(Step(i, "tool_error", f"{tc.name}: {e}"))
-        return _error_message(tc, type(e).__name__, message=str(e))
-    result.steps.append(Step(i, "tool_call", f"{tc.name}({dict(tc.arguments)}) -> {outcome.text}"))
-    return Message(role="tool", content=outcome.text, tool_call_id=tc.id)
+    ``run_id`` names a run made with ``Gate.start_run``; its conversation starts here."""
+    runner = Runner(
+        gate, model, system=system, max_turns=max_steps, approver=approver, approver_id=approver_id
+    )
+    runner.begin(run_id, user_input)
+    return runner.resume(run_id)

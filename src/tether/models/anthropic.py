@@ -8,12 +8,13 @@ failure, and any answer that is not a message, is raised as ``ModelError``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 try:
     import anthropic
-except ImportError as e:  # pragma: no cover - exercised only without the extra installed
+except ImportError as e:
     raise ImportError(
         "tether.models.anthropic needs the anthropic package: pip install 'tether[anthropic]'"
     ) from e
@@ -44,6 +45,15 @@ def _hint(status: int) -> str:
 def _short(text: object, limit: int = 200) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _api_message(e: anthropic.APIStatusError) -> str:
+    """The provider's own error text, without the SDK's "Error code: 401 - " prefix."""
+    body = e.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return _short(error["message"])
+    return _short(re.sub(r"^Error code: \d+ - ", "", e.message))
 
 
 def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -109,7 +119,7 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
 
 class AnthropicModel:
     """Answers with ``client.messages.create``; ``create_kwargs`` go to every call
-    (``temperature=0``, ``tool_choice=...``)."""
+    (``stop_sequences=[...]``, ``tool_choice=...``)."""
 
     def __init__(
         self,
@@ -155,7 +165,7 @@ class AnthropicModel:
         except anthropic.APIStatusError as e:
             raise ModelError(
                 f"Anthropic answered HTTP {e.status_code} for model '{self.model}' "
-                f"({_short(e.message)}); {_hint(e.status_code)}"
+                f"({_api_message(e)}); {_hint(e.status_code)}"
             ) from e
         except anthropic.APIConnectionError as e:
             raise ModelError(

@@ -9,12 +9,13 @@ SDK failure, and any answer that is not a chat completion, is raised as ``ModelE
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 try:
     import openai
-except ImportError as e:  # pragma: no cover - exercised only without the extra installed
+except ImportError as e:
     raise ImportError(
         "tether.models.openai needs the openai package: pip install 'tether[openai]'"
     ) from e
@@ -45,6 +46,15 @@ def _hint(status: int) -> str:
 def _short(text: object, limit: int = 200) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _api_message(e: openai.APIStatusError) -> str:
+    """The provider's own error text, without the SDK's "Error code: 401 - " prefix."""
+    body = e.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return _short(error["message"])
+    return _short(re.sub(r"^Error code: \d+ - ", "", e.message))
 
 
 def _parse_arguments(name: str, raw: object) -> tuple[dict[str, Any], str | None]:
@@ -129,7 +139,7 @@ class OpenAIChatModel:
         except openai.APIStatusError as e:
             raise ModelError(
                 f"OpenAI answered HTTP {e.status_code} for model '{self.model}' "
-                f"({_short(e.message)}); {_hint(e.status_code)}"
+                f"({_api_message(e)}); {_hint(e.status_code)}"
             ) from e
         except openai.APIConnectionError as e:
             raise ModelError(
