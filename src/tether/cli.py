@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import click
 
-from tether.errors import TetherError
+from tether.app import App, load_app
+from tether.approvals import Approval, ApprovalStatus
+from tether.decisions import decide_approval
+from tether.errors import ApprovalStateError, ConfigurationError, RunStateError, TetherError
+from tether.policy import Principal
+from tether.runs import RunResult, load_result
 from tether.store import Store, open_store
 
 DB_OPTION = click.option(
@@ -114,6 +120,251 @@ def effects_list(db: str, as_json: bool, run_id: str | None) -> None:
     for r in rows:
         ref = f" ref={r['external_reference']}" if r["external_reference"] else ""
         click.echo(f"{r['status']:<21} {r['operation_key']}{ref}")
+
+
+# -- agent runs --------------------------------------------------------------------------------
+APP_OPTION = click.option(
+    "--app",
+    "app_ref",
+    envvar="TETHER_APP",
+    default=None,
+    help="The agent app as module:attribute (default: the one the run was started with).",
+)
+
+
+def _principal(app: App, subject: str | None, tenant: str | None, scopes: str | None) -> Principal:
+    base = app.principal
+    return Principal(
+        subject=subject or base.subject,
+        tenant=tenant or base.tenant,
+        scopes=frozenset(s for s in scopes.split(",") if s) if scopes is not None else base.scopes,
+    )
+
+
+def _print_run(result: RunResult, as_json: bool) -> None:
+    if not as_json:
+        for step in result.steps:
+            click.echo(f"[{step.index}] {step.kind:<17} {step.detail}")
+        click.echo(f"run {result.run_id}: {result.status}")
+        for approval_id in result.approvals:
+            click.echo(
+                f"  waiting for approval {approval_id}: "
+                f"tether approvals approve {approval_id} --approver NAME"
+            )
+        if result.final:
+            click.echo(f"final: {result.final}")
+    click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+
+
+def _app_for_run(store: Store, run_id: str, app_ref: str | None) -> tuple[App, str]:
+    if app_ref is None:
+        with store.read() as tx:
+            record = tx.get_run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        app_ref = json.loads(record.checkpoint_json).get("app")
+        if not app_ref:
+            raise ConfigurationError(f"run {run_id} was not started with --app; pass --app")
+    return load_app(app_ref), app_ref
+
+
+@main.command("run")
+@DB_OPTION
+@JSON_OPTION
+@click.option("--app", "app_ref", envvar="TETHER_APP", required=True, help="module:attribute")
+@click.option("--principal", "subject", default=None, help="Who the agent acts for.")
+@click.option("--tenant", default=None, help="The principal's tenant.")
+@click.option("--scopes", default=None, help="Comma-separated scopes of the principal.")
+@click.option("--run-id", default=None, help="Choose the run id (default: a new one).")
+@click.argument("message")
+def run_command(
+    db: str,
+    as_json: bool,
+    app_ref: str,
+    subject: str | None,
+    tenant: str | None,
+    scopes: str | None,
+    run_id: str | None,
+    message: str,
+) -> None:
+    """Start a run of the app's agent on MESSAGE; it runs until done or waiting for a human."""
+    app = load_app(app_ref)
+    with _open(db) as store:
+        runner = app.runner(store, metadata={"app": app_ref})
+        principal = _principal(app, subject, tenant, scopes)
+        result = runner.start(message, principal, budget=app.budget, run_id=run_id)
+    _print_run(result, as_json)
+
+
+@main.group()
+def runs() -> None:
+    """List, show and resume agent runs."""
+
+
+@runs.command("list")
+@DB_OPTION
+@JSON_OPTION
+@click.option("--status", default=None, help="Only runs in this status.")
+def runs_list(db: str, as_json: bool, status: str | None) -> None:
+    """List runs, oldest first."""
+    with _open(db) as store:
+        rows = [
+            {k: v for k, v in r.to_dict().items() if k != "checkpoint_json"}
+            for r in store.list_runs(status)
+        ]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    if not rows:
+        click.echo("no runs")
+    for r in rows:
+        click.echo(f"{r['run_id']:<28} {r['status']:<18} {r['principal_id']}@{r['tenant_id']}")
+
+
+@runs.command("show")
+@DB_OPTION
+@JSON_OPTION
+@click.argument("run_id")
+def runs_show(db: str, as_json: bool, run_id: str) -> None:
+    """Show a run: its status, steps and what it waits for."""
+    with _open(db) as store:
+        result = load_result(store, run_id)
+        with store.read() as tx:
+            record = tx.get_run(run_id)
+    assert record is not None
+    data = {
+        **result.to_dict(),
+        "principal": record.principal_id,
+        "tenant": record.tenant_id,
+        "policy_version": record.policy_version,
+        "state_version": record.state_version,
+        "messages": len(result.messages),
+    }
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False))
+        return
+    _print_run(result, as_json=False)
+
+
+@runs.command("resume")
+@DB_OPTION
+@JSON_OPTION
+@APP_OPTION
+@click.argument("run_id")
+def runs_resume(db: str, as_json: bool, app_ref: str | None, run_id: str) -> None:
+    """Continue a run from where it stopped (after approvals were decided, or a crash)."""
+    with _open(db) as store:
+        app, ref = _app_for_run(store, run_id, app_ref)
+        result = app.runner(store, metadata={"app": ref}).resume(run_id)
+    _print_run(result, as_json)
+
+
+# -- approvals -------------------------------------------------------------------------------
+@main.group()
+def approvals() -> None:
+    """List and decide approval requests."""
+
+
+@approvals.command("list")
+@DB_OPTION
+@JSON_OPTION
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in ApprovalStatus]),
+    default=None,
+    help="Only approvals in this status.",
+)
+@click.option("--run", "run_id", default=None, help="Only this run's approvals.")
+def approvals_list(db: str, as_json: bool, status: str | None, run_id: str | None) -> None:
+    """List approval requests, oldest first."""
+    with _open(db) as store:
+        rows = store.list_approvals(ApprovalStatus(status) if status else None, run_id=run_id)
+    if as_json:
+        click.echo(json.dumps([a.to_dict() for a in rows], ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no approvals")
+    for a in rows:
+        click.echo(
+            f"{a.approval_id}  {a.status.value:<9} {a.tool}({json.dumps(dict(a.arguments))}) "
+            f"run={a.run_id} requested by {a.actor}"
+        )
+
+
+def _decided(approval: Approval, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(approval.to_dict(), ensure_ascii=False))
+    else:
+        click.echo(
+            f"{approval.approval_id}: {approval.status.value} by {approval.approver}; "
+            f"resume with: tether runs resume {approval.run_id}"
+        )
+
+
+@approvals.command("approve")
+@DB_OPTION
+@JSON_OPTION
+@click.argument("approval_id")
+@click.option("--approver", required=True, help="Who approves (must be authorised).")
+@click.option("--reason", default=None)
+def approvals_approve(
+    db: str, as_json: bool, approval_id: str, approver: str, reason: str | None
+) -> None:
+    """Approve a pending call, exactly as it was proposed."""
+    with _open(db) as store:
+        decided = decide_approval(
+            store, approval_id, approver, approve=True, now=time.time(), reason=reason
+        )
+    _decided(decided, as_json)
+
+
+@approvals.command("deny")
+@DB_OPTION
+@JSON_OPTION
+@click.argument("approval_id")
+@click.option("--approver", required=True, help="Who denies (must be authorised).")
+@click.option("--reason", required=True, help="Why; the agent's model is told.")
+def approvals_deny(db: str, as_json: bool, approval_id: str, approver: str, reason: str) -> None:
+    """Deny a pending call; the model hears the reason when the run resumes."""
+    with _open(db) as store:
+        decided = decide_approval(
+            store, approval_id, approver, approve=False, now=time.time(), reason=reason
+        )
+    _decided(decided, as_json)
+
+
+@approvals.command("edit")
+@DB_OPTION
+@JSON_OPTION
+@APP_OPTION
+@click.argument("approval_id")
+@click.option("--approver", required=True, help="Who edits (must be authorised).")
+@click.option("--arguments", "arguments_json", required=True, help="The new arguments as JSON.")
+@click.option("--reason", default=None)
+def approvals_edit(
+    db: str,
+    as_json: bool,
+    app_ref: str | None,
+    approval_id: str,
+    approver: str,
+    arguments_json: str,
+    reason: str | None,
+) -> None:
+    """Approve a pending call with other arguments: a new proposal, judged by the policy."""
+    try:
+        arguments = json.loads(arguments_json)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON: {e}", param_hint="--arguments") from e
+    if not isinstance(arguments, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--arguments")
+    with _open(db) as store:
+        with store.read() as tx:
+            found = tx.get_approval(approval_id)
+        if found is None:
+            raise ApprovalStateError(f"no approval {approval_id}; see `tether approvals list`")
+        app, _ = _app_for_run(store, found.run_id, app_ref)
+        edited = app.gate(store).edit(approval_id, approver, arguments, reason=reason)
+    _decided(edited, as_json)
 
 
 def run() -> Any:

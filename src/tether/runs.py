@@ -46,7 +46,7 @@ from tether.errors import (
 from tether.gate import Gate, RunState, ToolCall
 from tether.models import Message, Model, ModelToolCall
 from tether.policy import Principal
-from tether.store.base import RunRecord, StepRecord, Tx
+from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 # Given the pending approval, the approver's answer: True approves, False denies.
 Approver = Callable[[Approval], bool]
@@ -426,18 +426,16 @@ class Runner:
                 actor=self.worker,
                 data={"approvals": approvals or []},
             )
-        return load_result(self.gate, run_id)
+        return load_result(self.store, run_id)
 
 
-def load_result(gate: Gate, run_id: str) -> RunResult:
+def load_result(store: Store, run_id: str) -> RunResult:
     """A run as stored: status, conversation, steps, and what it waits for."""
-    with gate.store.read() as tx:
+    with store.read() as tx:
         record = _run(tx, run_id)
         messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
         steps = [Step(s.turn, s.kind, s.detail) for s in tx.steps(run_id)]
-    waiting = [
-        a.approval_id for a in gate.store.list_approvals(ApprovalStatus.PENDING, run_id=run_id)
-    ]
+    waiting = [a.approval_id for a in store.list_approvals(ApprovalStatus.PENDING, run_id=run_id)]
     final = ""
     if record.status == RunStatus.COMPLETED.value and messages:
         final = messages[-1].content
