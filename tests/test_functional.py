@@ -604,8 +604,10 @@ def test_effect_state_machine_allowed_transitions() -> None:
     assert committed.status.took_effect
     unknown = dispatched.advance(EffectStatus.UNKNOWN, 3.0)
     assert not unknown.status.terminal
-    for end in (EffectStatus.RECONCILED_COMMITTED, EffectStatus.RECONCILED_ABSENT):
-        assert unknown.advance(end, 4.0).status.terminal
+    assert unknown.advance(EffectStatus.RECONCILED_COMMITTED, 4.0).status.terminal
+    absent = unknown.advance(EffectStatus.RECONCILED_ABSENT, 4.0)
+    assert not absent.status.terminal  # known not to have happened: may be sent again
+    assert absent.advance(EffectStatus.DISPATCHED, 4.5, attempts=2).attempts == 2
     assert dispatched.advance(EffectStatus.FAILED, 5.0).status.terminal
     assert not EffectStatus.FAILED.took_effect
     assert EffectStatus.RECONCILED_COMMITTED.took_effect

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus, check_decider
+from tether.crash import crash_point
 from tether.errors import ApprovalStateError
 from tether.policy import Policy
 from tether.store.base import Store, Tx
@@ -76,8 +77,10 @@ def decide_approval(
     with store.transaction() as tx:
         found = load_for_decision(tx, approval_id, now, policy)
         if isinstance(found, ApprovalStateError):
-            error = found
+            # The expiry was recorded; raise once it has committed.
+            raise_after: ApprovalStateError | None = found
         else:
+            raise_after = None
             check_decider(
                 found, approver=approver, authorized=authorized_for(found, policy), now=now
             )
@@ -97,8 +100,11 @@ def decide_approval(
                 actor=approver,
                 data={**approval_audit(decided), "reason": reason},
             )
-            return decided
-    raise error
+    if raise_after is not None:
+        raise raise_after
+    if approve:
+        crash_point("approval.after_grant_commit")
+    return decided
 
 
 def latest_approval(store: Store, run_id: str, call_id: str, now: float) -> Approval | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus, CallBinding, check_decider, verify_grant
 from tether.budget import Budget
+from tether.crash import crash_point
 from tether.decisions import (
     approval_audit,
     decide_approval,
@@ -177,10 +178,13 @@ class Gate:
         now = self.clock()
         with self.store.transaction() as tx:
             verdict = self._admit(tx, run_id, call, now)
+            if isinstance(verdict, _Admitted):
+                crash_point("gate.before_dispatch_commit")
         if isinstance(verdict, BaseException):
             raise verdict
         if isinstance(verdict, Outcome):
             return verdict
+        crash_point("gate.after_dispatch_commit")
         return self._dispatch(verdict, started)
 
     def _admit(
@@ -419,6 +423,7 @@ class Gate:
             target = EffectStatus.FAILED
             failure = ToolFailed(tool.name, effect.operation_key, e)
             failure.__cause__ = e
+        crash_point("gate.after_tool_return")
 
         safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
         result_json = canonical_json(safe_value) if target is EffectStatus.COMMITTED else None
@@ -473,6 +478,7 @@ class Gate:
                 data=event,
                 redactions=redactions,
             )
+        crash_point("gate.after_outcome_commit")
         for listener in self._listeners:
             listener(event)
         if failure is not None:

@@ -2,10 +2,13 @@
 
     prepared -> dispatched -> committed | failed | unknown
     unknown  -> reconciled_committed | reconciled_absent
+    reconciled_absent -> dispatched        (the call never happened: it may be sent again,
+                                            with the same key)
 
 ``dispatched`` is written durably *before* the tool is called, so after a crash the ledger
 knows which calls may have happened. A timeout is ``unknown``, never ``failed``: we do not
-know whether the outside world changed.
+know whether the outside world changed. Only asking the outside system (reconciliation)
+moves an unknown effect on; a retry is allowed only once it is known to be absent.
 """
 
 from __future__ import annotations
@@ -38,13 +41,9 @@ class EffectStatus(StrEnum):
         return self in (EffectStatus.COMMITTED, EffectStatus.RECONCILED_COMMITTED)
 
 
+# Nothing can follow these. reconciled_absent is not among them: the call may be sent again.
 _TERMINAL = frozenset(
-    {
-        EffectStatus.COMMITTED,
-        EffectStatus.FAILED,
-        EffectStatus.RECONCILED_COMMITTED,
-        EffectStatus.RECONCILED_ABSENT,
-    }
+    {EffectStatus.COMMITTED, EffectStatus.FAILED, EffectStatus.RECONCILED_COMMITTED}
 )
 
 TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
@@ -58,7 +57,7 @@ TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
     EffectStatus.COMMITTED: frozenset(),
     EffectStatus.FAILED: frozenset(),
     EffectStatus.RECONCILED_COMMITTED: frozenset(),
-    EffectStatus.RECONCILED_ABSENT: frozenset(),
+    EffectStatus.RECONCILED_ABSENT: frozenset({EffectStatus.DISPATCHED}),
 }
 
 

@@ -134,6 +134,7 @@ class Manifest:
         }
 
 
+# Given an operation key: the call's result if it happened, None if it did not.
 Reconciler = Callable[[str], Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -240,6 +241,7 @@ class Registry:
         *,
         name: str | None = None,
         description: str | None = None,
+        reconcile: Reconciler | None = None,
         **manifest_fields: Any,
     ) -> Callable[[F], F]: ...
 
@@ -250,9 +252,14 @@ class Registry:
         *,
         name: str | None = None,
         description: str | None = None,
+        reconcile: Reconciler | None = None,
         **manifest_fields: Any,
     ) -> F | Callable[[F], F]:
-        """Register a typed function; usable as ``@registry.tool`` or ``@registry.tool(...)``."""
+        """Register a typed function; usable as ``@registry.tool`` or ``@registry.tool(...)``.
+
+        ``reconcile(operation_key)`` asks the outside system whether a call happened: it
+        returns the call's result if it did, ``None`` if it did not, and raises if it cannot
+        tell."""
 
         def register(f: F) -> F:
             for key in ("allowed_tenants", "sensitive_fields"):
@@ -264,7 +271,7 @@ class Registry:
                 parameters=schema_from_function(f),
                 **manifest_fields,
             )
-            self.add(manifest, f)
+            self.add(manifest, f, reconcile=reconcile)
             return f
 
         return register(fn) if fn is not None else register
