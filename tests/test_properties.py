@@ -4,6 +4,7 @@ policy decision (deny beats ask beats allow; decisions are pure)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sqlite3
 import tempfile
@@ -167,7 +168,7 @@ class EffectMachine(RuleBasedStateMachine):
     def path_is_a_designed_walk(self) -> None:
         path = tuple(self.path)
         assert path[0] is S.PREPARED
-        assert all(b in SPEC[a] for a, b in zip(path, path[1:], strict=False)), path
+        assert all(b in SPEC[a] for a, b in itertools.pairwise(path)), path
         assert self.effect.status is path[-1]
 
     @invariant()
