@@ -261,6 +261,34 @@ class Gate:
             ):
                 conflict = OperationConflict(key)
                 return refuse("operation_conflict", conflict, operation_key=key), budget
+            if existing.status is EffectStatus.RECONCILED_ABSENT:
+                # Known not to have happened: send it again under the same key. Its grant
+                # (if it needed one) was for this very operation, so it is not asked again.
+                retry = existing.advance(
+                    EffectStatus.DISPATCHED, now, attempts=existing.attempts + 1
+                )
+                tx.update_effect(retry, EffectStatus.RECONCILED_ABSENT)
+                tx.append_audit(
+                    "effect_redispatched",
+                    at=now,
+                    run_id=run_id,
+                    actor=actor,
+                    data={"operation_key": key, "attempt": retry.attempts},
+                )
+                label = "allow" if decision.verdict is Verdict.ALLOW else "allow_after_approval"
+                admitted = _Admitted(
+                    tool=tool,
+                    effect=retry,
+                    arguments=arguments,
+                    decision=decision,
+                    label=label,
+                    step=budget.steps,
+                    actor=actor,
+                    flags=flags,
+                    redactions=tuple(redactions),
+                    counts_bytes=budget.max_bytes is not None,
+                )
+                return admitted, budget
             return self._replay(tx, existing, tool, actor, now), budget
 
         try:

@@ -29,6 +29,7 @@ from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
+from tether.crash import crash_point
 from tether.digest import canonical_json
 from tether.errors import (
     ApprovalDenied,
@@ -46,6 +47,7 @@ from tether.errors import (
 from tether.gate import Gate, RunState, ToolCall
 from tether.models import Message, Model, ModelToolCall
 from tether.policy import Principal
+from tether.reconcile import Reconciled, Settlement, reconcile_run
 from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 # Given the pending approval, the approver's answer: True approves, False denies.
@@ -55,6 +57,9 @@ Approver = Callable[[Approval], bool]
 class RunStatus(StrEnum):
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
+    # An effect's outcome is unknown and nothing could settle it: a human must say
+    # (`tether effects resolve`), then `tether recover` continues the run.
+    AWAITING_RECONCILIATION = "awaiting_reconciliation"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -132,6 +137,7 @@ class Runner:
         self.worker = worker or worker_name()
         self.lease_s = lease_s
         self.metadata = metadata or {}
+        self.reconciled: list[Reconciled] = []
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -179,9 +185,16 @@ class Runner:
             tx.update_run(replace(record, checkpoint_json=replace(state, extra=extra).dump()))
 
     def resume(self, run_id: str) -> RunResult:
-        """Continue a run from its checkpoint, in this process."""
+        """Continue a run from its checkpoint, in this process.
+
+        Effects a previous worker left unsettled (it died between ``dispatched`` and the
+        outcome) are reconciled first; one that cannot be leaves the run
+        ``awaiting_reconciliation``."""
         self._claim(run_id)
         try:
+            self.reconciled = reconcile_run(self.gate, run_id)
+            if any(r.settlement is Settlement.UNRESOLVED for r in self.reconciled):
+                return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION)
             return self._drive(run_id)
         except BaseException:
             self._release(run_id)
@@ -197,11 +210,7 @@ class Runner:
             status = RunStatus(record.status)
             if status.finished:
                 raise RunStateError(f"run {run_id} is already {status.value}; nothing to resume")
-            if (
-                record.lease_owner not in (None, self.worker)
-                and record.lease_expires_at is not None
-                and record.lease_expires_at > now
-            ):
+            if lease_held(record, self.worker, now):
                 raise RunConflict(
                     f"run {run_id} is being driven by {record.lease_owner} (lease until "
                     f"{record.lease_expires_at:.0f}); wait for it, or for its lease to expire"
@@ -222,6 +231,7 @@ class Runner:
                 actor=self.worker,
                 data={"previous_status": status.value},
             )
+        crash_point("runs.after_claim")
 
     def _release(self, run_id: str) -> None:
         try:
@@ -241,12 +251,16 @@ class Runner:
         tools = self.gate.registry.openai_tools()
         while True:
             last = messages[-1]
-            if last.role == "assistant" and last.tool_calls:
-                waiting = self._answer_calls(run_id, messages, turn - 1)
+            open_turn = _open_turn(messages)
+            if open_turn is not None:
+                waiting = self._answer_calls(run_id, messages, open_turn, turn - 1)
+                if any(w.startswith(_UNSETTLED) for w in waiting):
+                    return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION)
                 if waiting:
                     return self._finish(run_id, RunStatus.AWAITING_APPROVAL, approvals=waiting)
                 continue
-            if last.role == "assistant":
+            if last.role == "assistant" and not last.tool_calls:
+                crash_point("runs.before_finish")
                 return self._finish(run_id, RunStatus.COMPLETED, final=last.content)
             if turn >= self.max_turns:
                 self._record(
@@ -260,17 +274,21 @@ class Runner:
             except ModelError as e:
                 self._record(run_id, steps=[("error", f"model: {e}")], turn=turn)
                 return self._finish(run_id, RunStatus.FAILED)
+            crash_point("runs.after_model_reply")
             steps = [] if reply.tool_calls else [("final", reply.content)]
             self._record(run_id, messages=[reply], steps=steps, turn=turn, turns=turn + 1)
+            crash_point("runs.after_turn_commit")
             turn += 1
             messages.append(reply)
 
-    def _answer_calls(self, run_id: str, messages: list[Message], turn: int) -> list[str]:
-        """Answer every open call of the last turn that can be answered; return the approval
-        ids still waiting. Siblings that need no approval are answered before the run waits."""
+    def _answer_calls(
+        self, run_id: str, messages: list[Message], turn_message: Message, turn: int
+    ) -> list[str]:
+        """Answer every open call of the turn that can be answered; return the approval ids
+        still waiting. Siblings that need no approval are answered before the run waits."""
         answered = {m.tool_call_id for m in messages if m.role == "tool"}
         waiting: list[str] = []
-        for tc in messages[-1].tool_calls:
+        for tc in turn_message.tool_calls:
             if tc.id in answered:
                 continue
             steps: list[tuple[str, str]] = []
@@ -280,6 +298,7 @@ class Runner:
                 self._record(run_id, steps=steps, turn=turn)
                 continue
             self._record(run_id, messages=[reply], steps=steps, turn=turn)
+            crash_point("runs.after_tool_message")
             messages.append(reply)
         return waiting
 
@@ -324,9 +343,14 @@ class Runner:
         except (Denied, InvalidArguments, BudgetExceeded, OperationConflict) as e:
             steps.append(("tool_error", f"{tc.name}: {e}"))
             return _error(tc, type(e).__name__, message=str(e))
-        except (ToolFailed, OutcomeUnknown) as e:
+        except ToolFailed as e:
             steps.append(("tool_error", f"{tc.name}: {e}"))
             return _error(tc, type(e).__name__, message=str(e))
+        except OutcomeUnknown as e:
+            # Never guessed, never retried here: the run stops until the effect is settled
+            # (by reconciliation once this call's worker is gone, or by a human).
+            steps.append(("outcome_unknown", f"{tc.name}: {e}"))
+            return f"{_UNSETTLED}{e.operation_key}"
         steps.append(
             ("tool_call", f"{tc.name}({canonical_json(dict(call.arguments))}) -> {outcome.text}")
         )
@@ -427,6 +451,44 @@ class Runner:
                 data={"approvals": approvals or []},
             )
         return load_result(self.store, run_id)
+
+
+_UNSETTLED = "unsettled:"
+
+
+def _open_turn(messages: list[Message]) -> Message | None:
+    """The last model turn, if some of its tool calls have no answer yet."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            answered = {m.tool_call_id for m in messages[i + 1 :] if m.role == "tool"}
+            if any(tc.id not in answered for tc in messages[i].tool_calls):
+                return messages[i]
+            return None
+    return None
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether a lease holder may still be running. A holder on this host whose process is
+    gone is certainly dead, so its lease need not be waited out; elsewhere, trust the
+    lease's expiry."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lease_held(record: RunRecord, worker: str, now: float) -> bool:
+    """Whether someone other than ``worker`` holds the run's lease right now."""
+    if record.lease_owner in (None, worker) or record.lease_expires_at is None:
+        return False
+    return record.lease_expires_at > now and owner_alive(record.lease_owner)
 
 
 def load_result(store: Store, run_id: str) -> RunResult:

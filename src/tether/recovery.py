@@ -1,0 +1,163 @@
+"""Recovery of runs whose worker died, and compensation of a run's effects.
+
+A run is recoverable when it is ``running`` but nobody holds its lease (the worker died: its
+lease expired, or its process is gone), or when it waits for reconciliation. Recovering one
+is resuming it under a new lease — which reconciles what the dead worker left unsettled —
+so two recoverers racing for one run admit exactly one (the lease is a compare-and-swap).
+
+Compensation carries seed 003's rollback to real external effects: each committed effect
+whose tool names a compensating tool is undone, newest first, and each undo is a governed call
+of its own (policy, approval, ledger, audit) with the key ``undo-<call id>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.approvals import ApprovalStatus
+from tether.errors import (
+    ApprovalRequired,
+    Denied,
+    OutcomeUnknown,
+    RunConflict,
+    RunStateError,
+    TetherError,
+    ToolFailed,
+)
+from tether.gate import Gate, ToolCall
+from tether.ledger import Effect
+from tether.models import Message
+from tether.runs import Runner, RunStatus, lease_held
+from tether.store.base import RunRecord, Store
+
+UNDO_PREFIX = "undo-"
+
+
+@dataclass
+class RecoveryReport:
+    recovered: dict[str, str] = field(default_factory=dict)  # run id -> status after
+    reconciled: Counter[str] = field(default_factory=Counter)  # settlement -> effects
+    waiting_for_human: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # run id -> why
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs_recovered": len(self.recovered),
+            "runs": self.recovered,
+            "effects_reconciled": {
+                k: self.reconciled.get(k, 0) for k in ("committed", "absent", "unresolved")
+            },
+            "runs_waiting_for_human": self.waiting_for_human,
+            "skipped": self.skipped,
+        }
+
+
+def recoverable(store: Store, now: float, worker: str) -> list[RunRecord]:
+    running = [
+        r for r in store.list_runs(RunStatus.RUNNING.value) if not lease_held(r, worker, now)
+    ]
+    return running + store.list_runs(RunStatus.AWAITING_RECONCILIATION.value)
+
+
+def recover(store: Store, make_runner: Callable[[], Runner]) -> RecoveryReport:
+    """Resume every recoverable run; report what was reconciled and what needs a human."""
+    report = RecoveryReport()
+    probe = make_runner()
+    for record in recoverable(store, probe.clock(), probe.worker):
+        runner = make_runner()
+        try:
+            result = runner.resume(record.run_id)
+        except RunConflict as e:
+            report.skipped[record.run_id] = str(e)
+            continue
+        except RunStateError as e:  # finished meanwhile (another recoverer got there first)
+            report.skipped[record.run_id] = str(e)
+            continue
+        report.recovered[record.run_id] = result.status
+        report.reconciled.update(r.settlement.value for r in runner.reconciled)
+        if result.status == RunStatus.AWAITING_RECONCILIATION.value:
+            report.waiting_for_human.append(record.run_id)
+    return report
+
+
+@dataclass
+class RollbackReport:
+    run_id: str
+    compensated: list[str] = field(default_factory=list)  # operation keys undone
+    waiting: list[str] = field(default_factory=list)  # approval ids an undo waits for
+    not_compensable: list[str] = field(default_factory=list)  # no compensating tool
+    stopped: str | None = None  # why compensation stopped early
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "compensated": self.compensated,
+            "approvals": self.waiting,
+            "not_compensable": self.not_compensable,
+            "stopped": self.stopped,
+            "complete": not self.waiting and self.stopped is None,
+        }
+
+
+def rollback(gate: Gate, run_id: str) -> RollbackReport:
+    """Compensate the run's committed effects, newest first, each as a governed call.
+
+    Stops at the first undo that must wait for approval (or fails): undoing out of order
+    could leave the outside world in a state no one intended. Calling it again after the
+    approval continues; undos already done are replays, never second calls."""
+    store = gate.store
+    with store.read() as tx:
+        record = tx.get_run(run_id)
+    if record is None:
+        raise RunStateError(f"no run {run_id}; see `tether runs list`")
+    if lease_held(record, "rollback", gate.clock()):
+        raise RunConflict(f"run {run_id} is being driven by {record.lease_owner}; try later")
+    report = RollbackReport(run_id)
+    effects = [
+        e
+        for e in store.list_effects(run_id)
+        if e.status.took_effect and not e.call_id.startswith(UNDO_PREFIX)
+    ]
+    for effect in reversed(effects):
+        tool = gate.registry.find(effect.tool_name)
+        compensation = tool.manifest.compensation if tool is not None else None
+        if compensation is None:
+            report.not_compensable.append(effect.operation_key)
+            continue
+        call = ToolCall(
+            call_id=f"{UNDO_PREFIX}{effect.call_id}",
+            tool=compensation,
+            arguments=_arguments_of(store, effect),
+        )
+        try:
+            gate.call(run_id, call)
+        except ApprovalRequired as signal:
+            report.waiting.append(signal.approval_id)
+            return report
+        except (Denied, ToolFailed, OutcomeUnknown, TetherError) as e:
+            report.stopped = f"undoing {effect.operation_key}: {e}"
+            return report
+        report.compensated.append(effect.operation_key)
+    return report
+
+
+def _arguments_of(store: Store, effect: Effect) -> dict[str, Any]:
+    """The arguments an effect ran with: from its approval (edits included), else from the
+    model's tool call in the run's conversation."""
+    for approval in store.list_approvals(run_id=effect.run_id):
+        if approval.call_id == effect.call_id and approval.status is ApprovalStatus.USED:
+            return dict(approval.arguments)
+    with store.read() as tx:
+        bodies = tx.messages(effect.run_id)
+    for body in bodies:
+        message = Message.from_dict(json.loads(body))
+        for tc in message.tool_calls:
+            if tc.id == effect.call_id:
+                return dict(tc.arguments)
+    raise RunStateError(
+        f"cannot find the arguments of {effect.operation_key}; it cannot be compensated"
+    )
