@@ -286,7 +286,12 @@ class Runner:
     ) -> list[str]:
         """Answer every open call of the turn that can be answered; return the approval ids
         still waiting. Siblings that need no approval are answered before the run waits."""
-        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        # Only the messages after the turn can answer it (scanning them all would make every
+        # step cost more than the last).
+        start = len(messages) - 1
+        while messages[start] is not turn_message:
+            start -= 1
+        answered = {m.tool_call_id for m in messages[start + 1 :] if m.role == "tool"}
         waiting: list[str] = []
         for tc in turn_message.tool_calls:
             if tc.id in answered:
