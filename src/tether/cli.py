@@ -8,6 +8,7 @@ verify), 2 for "could not do what was asked".
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -16,9 +17,14 @@ import click
 
 from tether.app import App, load_app
 from tether.approvals import Approval, ApprovalStatus
+from tether.crash import ENV as CRASH_ENV
+from tether.crash import POINTS
+from tether.crash import validate as validate_crash_point
 from tether.decisions import decide_approval
 from tether.errors import ApprovalStateError, ConfigurationError, RunStateError, TetherError
 from tether.policy import Principal
+from tether.reconcile import resolve_effect
+from tether.recovery import recover, rollback
 from tether.runs import RunResult, load_result
 from tether.store import Store, open_store
 
@@ -367,7 +373,107 @@ def approvals_edit(
     _decided(edited, as_json)
 
 
+# -- recovery --------------------------------------------------------------------------------
+@main.command("recover")
+@DB_OPTION
+@JSON_OPTION
+@click.option("--app", "app_ref", envvar="TETHER_APP", required=True, help="module:attribute")
+def recover_command(db: str, as_json: bool, app_ref: str) -> None:
+    """Resume runs whose worker died, reconciling what they left unsettled."""
+    app = load_app(app_ref)
+    with _open(db) as store:
+        report = recover(store, lambda: app.runner(store, metadata={"app": app_ref}))
+    data = report.to_dict()
+    if not as_json:
+        click.echo(
+            f"recovered {data['runs_recovered']} run(s); effects reconciled: "
+            + ", ".join(f"{k} {v}" for k, v in data["effects_reconciled"].items())
+        )
+        for run_id, status in report.recovered.items():
+            click.echo(f"  {run_id}: {status}")
+        for run_id in report.waiting_for_human:
+            click.echo(
+                f"  {run_id} waits for a human: tether effects list --run {run_id}, "
+                "then tether effects resolve KEY --committed|--absent"
+            )
+    click.echo(json.dumps(data))
+
+
+@effects.command("resolve")
+@DB_OPTION
+@JSON_OPTION
+@click.argument("operation_key")
+@click.option("--committed", "outcome", flag_value="committed", help="It happened.")
+@click.option("--absent", "outcome", flag_value="absent", help="It did not happen.")
+@click.option("--result", "result_json", default=None, help="What it returned, as JSON.")
+@click.option("--by", "actor", envvar="USER", default="operator", help="Who says so.")
+def effects_resolve(
+    db: str,
+    as_json: bool,
+    operation_key: str,
+    outcome: str | None,
+    result_json: str | None,
+    actor: str,
+) -> None:
+    """Say what happened to an effect whose outcome is unknown; then run `tether recover`."""
+    if outcome is None:
+        raise click.UsageError("say --committed or --absent")
+    result = json.loads(result_json) if result_json else None
+    with _open(db) as store:
+        settled = resolve_effect(
+            store,
+            operation_key,
+            committed=outcome == "committed",
+            result=result,
+            actor=actor,
+            now=time.time(),
+        )
+    if as_json:
+        click.echo(json.dumps(settled.to_dict()))
+    else:
+        click.echo(f"{operation_key}: {settled.status.value}; continue with `tether recover`")
+
+
+@runs.command("rollback")
+@DB_OPTION
+@JSON_OPTION
+@APP_OPTION
+@click.argument("run_id")
+def runs_rollback(db: str, as_json: bool, app_ref: str | None, run_id: str) -> None:
+    """Compensate the run's committed effects, newest first, each a governed call."""
+    with _open(db) as store:
+        app, _ = _app_for_run(store, run_id, app_ref)
+        report = rollback(app.gate(store), run_id)
+    data = report.to_dict()
+    if not as_json:
+        click.echo(f"run {run_id}: compensated {len(report.compensated)} effect(s)")
+        for approval_id in report.waiting:
+            click.echo(f"  an undo waits for approval {approval_id}; approve it, then run again")
+        if report.stopped:
+            click.echo(f"  stopped: {report.stopped}")
+    click.echo(json.dumps(data))
+
+
+@main.group()
+def debug() -> None:
+    """Tools for testing tether itself."""
+
+
+@debug.command("crash-points")
+def debug_crash_points() -> None:
+    """List the named crash points (arm one with TETHER_CRASH_AT=name[:n])."""
+    for name, what in POINTS.items():
+        click.echo(f"{name:<30} {what}")
+
+
 def run() -> Any:
+    armed = os.environ.get(CRASH_ENV)
+    if armed:
+        try:
+            validate_crash_point(armed)
+        except ValueError as e:
+            click.echo(f"error: {CRASH_ENV}: {e}", err=True)
+            sys.exit(2)
     try:
         return main(standalone_mode=True)
     except TetherError as e:

@@ -193,19 +193,29 @@ def build(world: TicketWorld | None = None) -> App:
         """Read a support ticket."""
         return world.invoke("read_ticket", {"ticket_id": ticket_id}, None)
 
+    def reconcile(operation_key: str) -> Result | None:
+        done = world.applied(operation_key)
+        return None if done is None else Result(done, external_reference=f"world:{operation_key}")
+
     @registry.tool(
         risk=Risk.WRITE,
         required_scope="ticket:write",
         version="2",
         server_id="support-write",
         compensation="reopen_ticket",
+        reconcile=reconcile,
     )
     def close_ticket(ticket_id: str, operation_key: str) -> Result:
         """Close a support ticket."""
         value = world.invoke("close_ticket", {"ticket_id": ticket_id}, operation_key)
         return Result(value, external_reference=f"world:{operation_key}")
 
-    @registry.tool(risk=Risk.WRITE, required_scope="ticket:write", server_id="support-write")
+    @registry.tool(
+        risk=Risk.WRITE,
+        required_scope="ticket:write",
+        server_id="support-write",
+        reconcile=world.applied,
+    )
     def reopen_ticket(ticket_id: str, operation_key: str) -> dict[str, Any]:
         """Reopen a support ticket (undoes close_ticket)."""
         return world.invoke("reopen_ticket", {"ticket_id": ticket_id}, operation_key)

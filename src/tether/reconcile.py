@@ -4,8 +4,9 @@ After a crash, an effect left ``dispatched`` may or may not have happened; after
 is ``unknown``. Neither is ever retried blindly. A tool's ``reconcile(operation_key)`` says
 what happened: a result (it did: ``reconciled_committed``, and the result is recorded as if the
 call had returned) or ``None`` (it did not: ``reconciled_absent``, and the call may be sent
-again with the same key). A tool that cannot reconcile leaves the effect ``unknown`` for a
-human to resolve (``tether effects resolve``).
+again with the same key). A read-tier tool with no ``reconcile`` is settled as absent (a read
+changes nothing, so running it again is harmless). Any other tool that cannot reconcile
+leaves the effect ``unknown`` for a human to resolve (``tether effects resolve``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from tether.gate import Gate, Result
 from tether.ledger import Effect, EffectStatus
 from tether.screening import redact
 from tether.store.base import Store
+from tether.tools import Risk
 
 UNSETTLED = (EffectStatus.DISPATCHED, EffectStatus.UNKNOWN)
+_NO_SIDE_EFFECTS = (Risk.READ, Risk.SENSITIVE_READ)
 
 
 class Settlement(StrEnum):
@@ -113,6 +116,10 @@ def reconcile_effect(gate: Gate, effect: Effect) -> Reconciled:
     if effect.status is not EffectStatus.UNKNOWN:
         return Reconciled(effect.operation_key, _settlement(effect.status))
     tool = gate.registry.find(effect.tool_name)
+    if tool is not None and tool.reconcile is None and tool.manifest.risk in _NO_SIDE_EFFECTS:
+        # A read changes nothing outside, so whether it ran does not matter: it may run again.
+        settled = settle(gate.store, effect, committed=False, now=gate.clock(), how="read tier")
+        return Reconciled(effect.operation_key, _settlement(settled.status))
     if tool is None or tool.reconcile is None:
         return Reconciled(
             effect.operation_key,
@@ -150,3 +157,35 @@ def _settlement(status: EffectStatus) -> Settlement:
     if status is EffectStatus.RECONCILED_ABSENT:
         return Settlement.ABSENT
     return Settlement.UNRESOLVED
+
+
+def resolve_effect(
+    store: Store,
+    operation_key: str,
+    *,
+    committed: bool,
+    now: float,
+    result: Any = None,
+    actor: str,
+) -> Effect:
+    """A human's word on an effect nothing could reconcile."""
+    from tether.runs import lease_held  # runs imports this module
+
+    with store.read() as tx:
+        effect = tx.get_effect(operation_key)
+        run = tx.get_run(effect.run_id) if effect is not None else None
+    if effect is None:
+        raise StoreError(f"no effect {operation_key}; see `tether effects list`")
+    if run is not None and lease_held(run, "resolve", now):
+        raise StoreError(
+            f"run {run.run_id} is being driven by {run.lease_owner}; its call may still be "
+            "in flight, so its outcome cannot be declared yet"
+        )
+    if effect.status not in UNSETTLED:
+        raise StoreError(
+            f"effect {operation_key} is already {effect.status.value}; nothing to resolve"
+        )
+    effect = mark_unknown(store, effect, now, f"{actor} is resolving it")
+    return settle(
+        store, effect, committed=committed, now=now, result=result, actor=actor, how="human"
+    )
