@@ -380,10 +380,19 @@ def path_from_url(url: str) -> str:
 class SQLiteStore(Store):
     """The store in one SQLite file (WAL); see the module docstring for durability."""
 
-    def __init__(self, url: str, *, synchronous: str | None = None, busy_timeout_s: float = 10.0):
+    def __init__(
+        self, url: str, *, synchronous: str | None = None, busy_timeout_s: float | None = None
+    ):
         self.url = url
         query = dict(part.split("=", 1) for part in url.partition("?")[2].split("&") if "=" in part)
         mode = (synchronous or query.get("synchronous", "full")).upper()
+        if busy_timeout_s is None:
+            try:
+                busy_timeout_s = float(query.get("busy_timeout", "10"))
+            except ValueError:
+                raise ConfigurationError(
+                    f"busy_timeout in {url!r} must be a number of seconds"
+                ) from None
         if mode not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigurationError(f"synchronous must be full, normal or extra, not {mode!r}")
         self.path = path_from_url(url)

@@ -1,0 +1,164 @@
+"""Crash tests: real processes killed with SIGKILL at every named crash point, then recovered.
+
+The witness is the ticket service's own ``calls`` table, which records every handler
+invocation: each side effect must appear there exactly once, and the ledger must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chaos import Trial, run_trial, run_trials, summary
+from tether.crash import POINTS
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "tether.demo:support"
+
+
+def tether(d: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "TETHER_DB": f"sqlite:///{d}/t.db",
+        "TETHER_DEMO_WORLD": str(d / "world.db"),
+    }
+    env.pop("TETHER_CRASH_AT", None)
+    if crash is not None:
+        env["TETHER_CRASH_AT"] = crash
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        cwd=d,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def last_json(out: subprocess.CompletedProcess[str]) -> dict[str, object] | list[object] | None:
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None  # type: ignore[no-any-return]
+    except json.JSONDecodeError:
+        return None
+
+
+def witness(d: Path, tool: str) -> int:
+    c = sqlite3.connect(d / "world.db")
+    try:
+        return int(c.execute("SELECT count(*) FROM calls WHERE tool = ?", (tool,)).fetchone()[0])
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("point", sorted(POINTS))
+def test_demo_flow_killed_at_each_crash_point_recovers_exactly_once(
+    tmp_path: Path, point: str
+) -> None:
+    killed = 0
+    armed: str | None = point
+    run_id = ""
+    for _ in range(8):
+        if not run_id:
+            out = tether(tmp_path, "run", "--app", APP, "--json", "close ticket T-100", crash=armed)
+            killed += out.returncode == -9
+            data = last_json(out)
+            if isinstance(data, dict):
+                run_id = str(data["run_id"])
+            else:
+                runs = last_json(tether(tmp_path, "runs", "list", "--json"))
+                run_id = str(runs[0]["run_id"]) if runs else ""  # type: ignore[index]
+        shown = last_json(tether(tmp_path, "runs", "show", run_id, "--json")) if run_id else None
+        status = shown.get("status") if isinstance(shown, dict) else None
+        if status == "completed":
+            break
+        if status == "awaiting_approval":
+            pending = last_json(
+                tether(tmp_path, "approvals", "list", "--status", "pending", "--json")
+            )
+            for approval in pending or []:
+                out = tether(
+                    tmp_path,
+                    "approvals",
+                    "approve",
+                    approval["approval_id"],  # type: ignore[index]
+                    "--approver",
+                    "reviewer-5",
+                    crash=armed,
+                )
+                killed += out.returncode == -9
+            out = tether(tmp_path, "runs", "resume", run_id, "--json", crash=armed)
+            killed += out.returncode == -9
+        else:
+            armed = None  # after a crash, recovery must finish the job unarmed
+            out = tether(tmp_path, "recover", "--app", APP, "--json")
+            assert out.returncode == 0, out.stderr
+        if killed:
+            armed = None
+    if point != "recovery.after_reconcile":  # reached only when a crash left work unsettled
+        assert killed == 1, f"{point} was never reached (or hit twice): killed={killed}"
+    assert status == "completed"
+    assert witness(tmp_path, "close_ticket") == 1
+    assert tether(tmp_path, "audit", "verify").returncode == 0
+    effects = last_json(tether(tmp_path, "effects", "list", "--json"))
+    assert isinstance(effects, list)
+    closes = [e for e in effects if e["tool_name"] == "close_ticket"]  # type: ignore[index]
+    assert len(closes) == 1
+    assert closes[0]["status"] in ("committed", "reconciled_committed")  # type: ignore[index]
+
+
+@pytest.mark.parametrize("point", sorted(POINTS))
+def test_multi_effect_run_killed_at_each_crash_point(tmp_path: Path, point: str) -> None:
+    trial = Trial(
+        seed=0,
+        point=point,
+        occurrence=1,
+        plan={"T-1": "none", "T-2": "none", "T-3": "none"},
+        approve_armed=point.startswith("approval."),
+    )
+    outcome = run_trial(trial, tmp_path)
+    assert outcome.ok, outcome
+    if point != "recovery.after_reconcile":  # only reached when something needs reconciling
+        assert outcome.crashed, f"{point} was not reached in the multi-effect run"
+
+
+def test_randomised_trials(capsys: pytest.CaptureFixture[str]) -> None:
+    trials = int(os.environ.get("TETHER_CHAOS_TRIALS", "200"))
+    seed = int(os.environ.get("TETHER_CHAOS_SEED", str(random.randrange(2**31))))
+    started = time.monotonic()
+    outcomes = run_trials(trials, seed, report=print)
+    result = summary(outcomes, time.monotonic() - started)
+    print(json.dumps({"seed": seed, **result}))
+    failures = [o for o in outcomes if not o.ok]
+    assert not failures, f"seed {seed}: {len(failures)} failed trials, first: {failures[0]}"
+    assert result["crashed"] > trials // 5, "too few trials actually crashed to mean anything"
+    assert result["duplicates"] == 0 and result["losses"] == 0
+
+
+def test_a_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None:
+    # The first crash leaves close_ticket dispatched after the service applied it; the
+    # recovery that reconciles it is killed right after; a second recovery finishes.
+    first = tether(tmp_path, "run", "--app", APP, "--json", "close ticket T-9")
+    run_id = str(last_json(first)["run_id"])  # type: ignore[index]
+    [approval] = last_json(tether(tmp_path, "approvals", "list", "--json"))  # type: ignore[misc]
+    tether(tmp_path, "approvals", "approve", approval["approval_id"], "--approver", "reviewer-5")
+    died = tether(tmp_path, "runs", "resume", run_id, crash="gate.after_tool_return")
+    assert died.returncode == -9
+    assert witness(tmp_path, "close_ticket") == 1
+    again = tether(tmp_path, "recover", "--app", APP, "--json", crash="recovery.after_reconcile")
+    assert again.returncode == -9
+    done = tether(tmp_path, "recover", "--app", APP, "--json")
+    assert done.returncode == 0, done.stderr
+    shown = last_json(tether(tmp_path, "runs", "show", run_id, "--json"))
+    assert shown["status"] == "completed"  # type: ignore[index]
+    assert witness(tmp_path, "close_ticket") == 1
+    assert tether(tmp_path, "audit", "verify").returncode == 0
