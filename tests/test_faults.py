@@ -168,8 +168,8 @@ class FaultyStore(Store):
     def audit_entries(self) -> Iterator[AuditEntry]:
         return self.inner.audit_entries()
 
-    def audit_head(self) -> AuditHead | None:
-        return self.inner.audit_head()
+    def audit_heads(self) -> dict[str, AuditHead]:
+        return self.inner.audit_heads()
 
     def close(self) -> None:
         self.inner.close()

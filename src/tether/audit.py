@@ -6,18 +6,27 @@ depends on re-serialising. A separate head record (last sequence number and hash
 the same transaction as every append) catches a deleted tail, which a chain alone cannot:
 the shortened chain is still internally consistent. Copy ``tether audit head`` somewhere the
 database's writers cannot reach to make even a rewritten head detectable.
+
+A store may keep one chain (``main``: SQLite, whose writers take turns anyway) or one chain
+per run, so that workers appending for different runs never wait on one global head row
+(PostgreSQL). With several chains, each new chain is first recorded in the ``_chains``
+chain; verifying checks that every recorded chain still exists, so deleting a whole run —
+its entries and its head — is detected too.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.digest import canonical_json, sha256_hex
 
 GENESIS = "0" * 64
+MAIN = "main"  # the single chain of a store that keeps one
+CHAINS = "_chains"  # where a multi-chain store records each chain it starts
+GLOBAL = "_global"  # entries about no run, in a multi-chain store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +37,11 @@ class AuditEntry:
     body: str
     prev_hash: str
     hash: str
+    chain: str = MAIN
+
+    @property
+    def where(self) -> str:
+        return str(self.seq) if self.chain == MAIN else f"{self.chain}#{self.seq}"
 
     @property
     def record(self) -> dict[str, Any]:
@@ -48,6 +62,7 @@ def chain_hash(prev_hash: str, body: str) -> str:
 def make_entry(
     head: AuditHead | None,
     *,
+    chain: str = MAIN,
     at: float,
     kind: str,
     run_id: str | None,
@@ -58,8 +73,10 @@ def make_entry(
     """The next entry after ``head``. ``data`` must already be redacted (I7)."""
     seq = 1 if head is None else head.seq + 1
     prev = GENESIS if head is None else head.hash
+    record: dict[str, Any] = {} if chain == MAIN else {"chain": chain}
     body = canonical_json(
         {
+            **record,
             "seq": seq,
             "at": round(at, 6),
             "kind": kind,
@@ -70,7 +87,13 @@ def make_entry(
         }
     )
     return AuditEntry(
-        seq=seq, kind=kind, run_id=run_id, body=body, prev_hash=prev, hash=chain_hash(prev, body)
+        seq=seq,
+        kind=kind,
+        run_id=run_id,
+        body=body,
+        prev_hash=prev,
+        hash=chain_hash(prev, body),
+        chain=chain,
     )
 
 
@@ -80,11 +103,46 @@ class AuditReport:
     entries: int
     first_bad: int | None = None
     problem: str | None = None
+    chain: str = MAIN
+
+    @property
+    def where(self) -> str:
+        return str(self.first_bad) if self.chain == MAIN else f"{self.chain}#{self.first_bad}"
 
     def summary(self) -> str:
         if self.intact:
             return f"audit intact: {self.entries} entries verified"
-        return f"audit broken at entry {self.first_bad}: {self.problem}"
+        return f"audit broken at entry {self.where}: {self.problem}"
+
+
+def verify_chains(entries: Iterable[AuditEntry], heads: Mapping[str, AuditHead]) -> AuditReport:
+    """Verify every chain of a store, and (with several) that none has vanished."""
+    by_chain: dict[str, list[AuditEntry]] = {}
+    for entry in entries:
+        by_chain.setdefault(entry.chain, []).append(entry)
+    total = 0
+    for chain in sorted(set(by_chain) | set(heads)):
+        report = verify_chain(by_chain.get(chain, []), heads.get(chain))
+        if not report.intact:
+            return replace(report, entries=total + report.entries, chain=chain)
+        total += report.entries
+    present = (set(by_chain) | set(heads)) - {CHAINS, MAIN}
+    if present or CHAINS in by_chain:
+        registered = {str(e.record["data"].get("chain")) for e in by_chain.get(CHAINS, [])}
+        for chain in sorted(registered - present):
+            return AuditReport(
+                False,
+                total,
+                1,
+                "this chain was recorded but its entries are gone "
+                "(a run's audit trail was deleted)",
+                chain,
+            )
+        for chain in sorted(present - registered):
+            return AuditReport(
+                False, total, 1, "this chain was never recorded in _chains (inserted)", chain
+            )
+    return AuditReport(True, total)
 
 
 def verify_chain(entries: Iterable[AuditEntry], head: AuditHead | None) -> AuditReport:
@@ -131,6 +189,8 @@ def _entry_problem(entry: AuditEntry, expected_seq: int, prev: str) -> str | Non
         return "body is not valid JSON (the entry was edited)"
     if record.get("seq") != entry.seq:
         return "body's sequence number differs from the row's"
+    if record.get("chain", MAIN) != entry.chain:
+        return "body's chain differs from the row's"
     if record.get("kind") != entry.kind or record.get("run_id") != entry.run_id:
         return "indexed columns (kind, run_id) differ from the hashed body"
     return None

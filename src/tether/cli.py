@@ -97,10 +97,10 @@ def audit_verify(db: str, as_json: bool) -> None:
 @audit.command("head")
 @DB_OPTION
 def audit_head(db: str) -> None:
-    """Print the chain's head; keep a copy elsewhere to detect a rewritten log later."""
+    """Print each chain's head; keep a copy elsewhere to detect a rewritten log later."""
     with _open(db) as store:
-        head = store.audit_head()
-    click.echo(json.dumps(None if head is None else {"seq": head.seq, "hash": head.hash}))
+        heads = store.audit_heads()
+    click.echo(json.dumps({c: {"seq": h.seq, "hash": h.hash} for c, h in sorted(heads.items())}))
 
 
 @main.group()

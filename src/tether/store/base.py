@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import AuditEntry, AuditHead, AuditReport, make_entry, verify_chain
+from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, make_entry, verify_chains
 from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
 from tether.ledger import Effect, EffectStatus
 
@@ -158,18 +158,41 @@ class Tx(abc.ABC):
         data: Mapping[str, Any] | None = None,
         redactions: tuple[str, ...] | list[str] = (),
     ) -> AuditEntry:
+        chain = self.audit_chain(run_id)
+        head = self._audit_head(chain)
+        if head is None and chain not in (MAIN, CHAINS):
+            # A new chain is recorded first, so that losing it whole is detectable.
+            self._append(CHAINS, "chain_started", at, None, None, {"chain": chain}, ())
+        return self._append(chain, kind, at, run_id, actor, data or {}, redactions, head)
+
+    def _append(
+        self,
+        chain: str,
+        kind: str,
+        at: float,
+        run_id: str | None,
+        actor: str | None,
+        data: Mapping[str, Any],
+        redactions: tuple[str, ...] | list[str],
+        head: AuditHead | None = None,
+    ) -> AuditEntry:
         entry = make_entry(
-            self._audit_head(),
+            head if head is not None else self._audit_head(chain),
+            chain=chain,
             at=at,
             kind=kind,
             run_id=run_id,
             actor=actor,
-            data=data or {},
+            data=data,
             redactions=redactions,
         )
         self._insert_audit(entry)
-        self._set_audit_head(AuditHead(entry.seq, entry.hash))
+        self._set_audit_head(chain, AuditHead(entry.seq, entry.hash))
         return entry
+
+    def audit_chain(self, run_id: str | None) -> str:
+        """Which chain an entry goes to: one chain unless a backend shards by run."""
+        return MAIN
 
     # -- backend primitives ------------------------------------------------------------------
     # Inserts return False when the key exists (the backend's own unique constraint decides,
@@ -199,13 +222,14 @@ class Tx(abc.ABC):
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool: ...
 
     @abc.abstractmethod
-    def _audit_head(self) -> AuditHead | None: ...
+    def _audit_head(self, chain: str) -> AuditHead | None:
+        """The chain's head, locked for this transaction where the backend has row locks."""
 
     @abc.abstractmethod
     def _insert_audit(self, entry: AuditEntry) -> None: ...
 
     @abc.abstractmethod
-    def _set_audit_head(self, head: AuditHead) -> None: ...
+    def _set_audit_head(self, chain: str, head: AuditHead) -> None: ...
 
 
 class Store(abc.ABC):
@@ -237,10 +261,14 @@ class Store(abc.ABC):
         """Every audit entry in stored order (by sequence number)."""
 
     @abc.abstractmethod
-    def audit_head(self) -> AuditHead | None: ...
+    def audit_heads(self) -> dict[str, AuditHead]:
+        """The head of every chain."""
+
+    def audit_head(self, chain: str = MAIN) -> AuditHead | None:
+        return self.audit_heads().get(chain)
 
     def verify_audit(self) -> AuditReport:
-        return verify_chain(self.audit_entries(), self.audit_head())
+        return verify_chains(self.audit_entries(), self.audit_heads())
 
     def close(self) -> None:  # noqa: B027 - optional for backends with nothing to release
         """Release connections; the store must not be used afterwards."""

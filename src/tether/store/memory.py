@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import AuditEntry, AuditHead
+from tether.audit import MAIN, AuditEntry, AuditHead
 from tether.ledger import Effect, EffectStatus
 from tether.store.base import RunRecord, StepRecord, Store, Tx
 
@@ -108,13 +108,13 @@ class MemoryTx(Tx):
         self.t.approvals[approval.approval_id] = approval
         return True
 
-    def _audit_head(self) -> AuditHead | None:
+    def _audit_head(self, chain: str) -> AuditHead | None:
         return self.t.head
 
     def _insert_audit(self, entry: AuditEntry) -> None:
         self.t.audit.append(entry)
 
-    def _set_audit_head(self, head: AuditHead) -> None:
+    def _set_audit_head(self, chain: str, head: AuditHead) -> None:
         self.t.head = head
 
 
@@ -162,5 +162,6 @@ class MemoryStore(Store):
             entries = list(self._tables.audit)
         return iter(entries)
 
-    def audit_head(self) -> AuditHead | None:
-        return self._tables.head
+    def audit_heads(self) -> dict[str, AuditHead]:
+        head = self._tables.head
+        return {} if head is None else {MAIN: head}

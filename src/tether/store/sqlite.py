@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import AuditEntry, AuditHead
+from tether.audit import MAIN, AuditEntry, AuditHead
 from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
@@ -335,7 +335,7 @@ class SQLiteTx(Tx):
         )
         return cur.rowcount == 1
 
-    def _audit_head(self) -> AuditHead | None:
+    def _audit_head(self, chain: str) -> AuditHead | None:
         row = self.c.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
         return None if row is None else AuditHead(row[0], row[1])
 
@@ -346,7 +346,7 @@ class SQLiteTx(Tx):
             (entry.seq, entry.kind, entry.run_id, entry.prev_hash, entry.hash, entry.body),
         )
 
-    def _set_audit_head(self, head: AuditHead) -> None:
+    def _set_audit_head(self, chain: str, head: AuditHead) -> None:
         pass  # the audit_head_follows trigger has already done it
 
 
@@ -513,9 +513,9 @@ class SQLiteStore(Store):
         for r in rows:
             yield AuditEntry(seq=r[0], kind=r[1], run_id=r[2], prev_hash=r[3], hash=r[4], body=r[5])
 
-    def audit_head(self) -> AuditHead | None:
+    def audit_heads(self) -> dict[str, AuditHead]:
         rows = self._query("SELECT seq, hash FROM audit_head WHERE id = 1")
-        return AuditHead(rows[0][0], rows[0][1]) if rows else None
+        return {MAIN: AuditHead(rows[0][0], rows[0][1])} if rows else {}
 
     def close(self) -> None:
         with self._lock:
