@@ -11,12 +11,13 @@ import contextlib
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
+from tests.conftest import Backend
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.digest import digest
@@ -134,13 +135,9 @@ class Env:
         return info.value.approval_id
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
-    s: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(f"sqlite:///{tmp_path}/t.db")
-    )
-    yield s
-    s.close()
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    return backend.store
 
 
 def make_env(store: Store, policy: Policy | None) -> Env:
@@ -215,11 +212,29 @@ def tamper_approval(store: Store, approval_id: str, **changes: Any) -> None:
                 (json.dumps(record), record["status"], record["call_id"], approval_id),
             )
             conn.commit()
-    else:
-        assert isinstance(store, MemoryStore)
+    elif isinstance(store, MemoryStore):
         tables = store._tables
         record = {**tables.approvals[approval_id].to_dict(), **changes}
         tables.approvals[approval_id] = Approval.from_dict(record)
+    else:
+        import psycopg
+
+        from tether.store.postgres import PostgresStore, split_url
+
+        assert isinstance(store, PostgresStore)
+        conninfo, schema = split_url(store.url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            row = conn.execute(
+                "SELECT record_json FROM approvals WHERE approval_id = %s", (approval_id,)
+            ).fetchone()
+            assert row is not None
+            record = {**json.loads(row[0]), **changes}
+            conn.execute(
+                "UPDATE approvals SET record_json = %s, status = %s, call_id = %s "
+                "WHERE approval_id = %s",
+                (json.dumps(record), record["status"], record["call_id"], approval_id),
+            )
 
 
 def get_approval(store: Store, approval_id: str) -> Approval:

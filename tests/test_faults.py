@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import Backend
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import AuditEntry, AuditHead
+from tether.audit import CHAINS, AuditEntry, AuditHead
 from tether.errors import (
     InvalidTransition,
     OperationConflict,
@@ -29,7 +30,6 @@ from tether.gate import Gate, ToolCall
 from tether.ledger import Effect, EffectStatus, operation_key
 from tether.policy import Policy, Principal
 from tether.store.base import RunRecord, Store, Tx
-from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 from tether.tools import Manifest, Registry, Risk
 
@@ -45,16 +45,14 @@ SCHEMA = {
 
 
 # -- fixtures and helpers ----------------------------------------------------------------------
-@pytest.fixture(params=["memory", "sqlite"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/t.db"
+@pytest.fixture
+def store_url(backend: Backend) -> str:
+    return backend.url
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s: Store = MemoryStore() if store_url == "memory://" else SQLiteStore(store_url)
-    yield s
-    s.close()
+def store(backend: Backend) -> Store:
+    return backend.store
 
 
 @pytest.fixture
@@ -96,15 +94,15 @@ def the_effect(store: Store, run_id: str, call_id: str) -> Effect:
 
 
 def kinds(store: Store) -> list[str]:
-    return [e.kind for e in store.audit_entries()]
+    return [e.kind for e in store.audit_entries() if e.chain != CHAINS]
 
 
 def assert_audit_intact(store: Store) -> None:
     report = store.verify_audit()
     assert report.intact, report.summary()
-    head = store.audit_head()
-    assert head is not None
-    assert report.entries == head.seq == len(list(store.audit_entries()))
+    heads = store.audit_heads()
+    assert heads
+    assert report.entries == sum(h.seq for h in heads.values()) == len(list(store.audit_entries()))
 
 
 def version(store: Store, run_id: str) -> int:
@@ -369,14 +367,14 @@ def test_admission_write_failure_leaves_nothing_and_runs_nothing(
     handler = Handler()
     gate = make_gate(faulty, handler)
     run_id = gate.start_run(PRINCIPAL)
-    before_version, before_head = version(store, run_id), store.audit_head()
+    before_version, before_head = version(store, run_id), store.audit_heads()
     faulty.fail(1, make_error(), at)
     call = ToolCall(call_id="c1", tool=TOOL, arguments={"n": 1})
     with pytest.raises(STORE_ERRORS):
         gate.call(run_id, call)
     assert handler.calls == 0
     assert store.list_effects(run_id) == []
-    assert store.audit_head() == before_head
+    assert store.audit_heads() == before_head
     assert kinds(store) == ["run_started"]
     assert version(store, run_id) == before_version
     assert gate.run_state(run_id).budget.steps == 0
@@ -457,9 +455,9 @@ def test_second_writer_from_the_same_loaded_version_gets_stale_state(store: Stor
 
 
 def test_two_gates_on_the_same_store_run_a_call_once_and_detect_stale_state(
-    store_url: str, store: Store
+    backend: Backend, store: Store
 ) -> None:
-    other: Store = store if store_url == "memory://" else SQLiteStore(store_url)
+    other: Store = backend.open()
     try:
         handler = Handler()
         gate_a, gate_b = make_gate(store, handler), make_gate(other, handler)
@@ -502,7 +500,7 @@ def test_locked_database_at_admission_raises_store_error_and_writes_nothing(
         handler = Handler()
         gate = make_gate(store, handler)
         run_id = gate.start_run(PRINCIPAL)
-        before_version, before_head = version(store, run_id), store.audit_head()
+        before_version, before_head = version(store, run_id), store.audit_heads()
         call = ToolCall(call_id="c1", tool=TOOL, arguments={"n": 1})
         with write_lock(sqlite_url):
             started = time.monotonic()
@@ -511,7 +509,7 @@ def test_locked_database_at_admission_raises_store_error_and_writes_nothing(
             assert time.monotonic() - started < 5.0
         assert handler.calls == 0
         assert store.list_effects(run_id) == []
-        assert store.audit_head() == before_head
+        assert store.audit_heads() == before_head
         assert version(store, run_id) == before_version
         assert_audit_intact(store)
         assert gate.call(run_id, call).status is EffectStatus.COMMITTED

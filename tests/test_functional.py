@@ -5,12 +5,12 @@ seed scenarios."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import Backend
 from tether import (
     AgentHarness,
     ApprovalDenied,
@@ -47,7 +47,7 @@ from tether import (
     sandboxed_eval,
     seeds,
 )
-from tether.audit import AuditHead, make_entry, verify_chain
+from tether.audit import CHAINS, AuditHead, make_entry, verify_chain
 from tether.errors import (
     ApproverNotAuthorized,
     ConfigurationError,
@@ -56,7 +56,7 @@ from tether.errors import (
     SandboxError,
 )
 from tether.screening import REDACTED, normalize, redact, screen_arguments, screen_result
-from tether.store import MemoryStore, SQLiteStore, Store
+from tether.store import SQLiteStore, Store
 from tether.tools import schema_from_function
 
 POLICY = Policy(version="policy-3", approvers=frozenset({"reviewer-5"}))
@@ -79,13 +79,9 @@ EVENT_FIELDS = {
 }
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    s: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(f"sqlite:///{tmp_path}/t.db")
-    )
-    yield s
-    s.close()
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    return backend.store
 
 
 class Support:
@@ -871,7 +867,7 @@ def test_gate_refusals_are_audited_and_raise(store: Store) -> None:
     assert "screening: injection pattern in 'ticket_id'" in info.value.reasons
     assert support.invocations == []
     assert store.list_effects(run_id) == []
-    kinds = [e.kind for e in store.audit_entries()]
+    kinds = [e.kind for e in store.audit_entries() if e.chain != CHAINS]
     assert kinds == ["run_started", "call_denied", "call_invalid", "call_denied"]
     assert store.verify_audit().intact
 

@@ -1,0 +1,496 @@
+"""The PostgreSQL store: many worker processes on many machines sharing the work.
+
+psycopg 3 with a connection pool; every transaction is READ COMMITTED, and every write that
+could race is a conditional UPDATE or an INSERT ... ON CONFLICT DO NOTHING, so two workers
+never both win (the loser sees zero rows and gets a clear error).
+
+No global lock on the hot path. Effects are rows keyed by operation key. The audit log is one
+hash chain *per run* (entries about no run go to ``_global``): an append locks only its own
+run's head row, so workers driving different runs never wait for each other. A single
+global chain would make every append in the cluster queue on one row. Deleting a whole run's
+trail is still detected: each chain is recorded, when it starts, in the ``_chains`` chain
+(one short lock per new run, not per append), and verification checks every recorded chain.
+
+``postgresql://user@host:5432/db?schema=name`` puts tether's tables in that schema (created
+if missing); other parameters go to libpq unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.audit import GLOBAL, AuditEntry, AuditHead
+from tether.digest import canonical_json
+from tether.errors import ConfigurationError, StoreError
+from tether.ledger import Effect, EffectStatus
+from tether.store.base import RunRecord, StepRecord, Store, Tx
+
+try:
+    import psycopg
+    import psycopg_pool
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'tether[postgres]'") from e
+
+# Position in this list is the schema version; append, never edit.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE agent_runs (
+        run_id TEXT PRIMARY KEY,
+        state_version BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        tenant_id TEXT NOT NULL,
+        policy_version TEXT NOT NULL,
+        checkpoint_json TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        lease_owner TEXT,
+        lease_expires_at DOUBLE PRECISION
+    );
+    CREATE INDEX agent_runs_status ON agent_runs (status, updated_at);
+    CREATE TABLE agent_effects (
+        operation_key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        tool_version TEXT NOT NULL,
+        argument_digest TEXT NOT NULL,
+        status TEXT NOT NULL,
+        result_digest TEXT,
+        external_reference TEXT,
+        result_json TEXT,
+        error TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX agent_effects_run ON agent_effects (run_id, created_at);
+    CREATE TABLE approvals (
+        approval_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        record_json TEXT NOT NULL,
+        seq BIGSERIAL
+    );
+    CREATE INDEX approvals_call ON approvals (run_id, call_id);
+    CREATE INDEX approvals_status ON approvals (status);
+    CREATE TABLE run_messages (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE run_steps (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        turn INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE audit_log (
+        chain TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        run_id TEXT,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (chain, seq)
+    );
+    CREATE TABLE audit_heads (
+        chain TEXT PRIMARY KEY,
+        seq BIGINT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    """,
+]
+
+_EFFECT_COLUMNS = (
+    "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
+    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at"
+)
+_RUN_COLUMNS = (
+    "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
+    "created_at, updated_at, lease_owner, lease_expires_at"
+)
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def _effect(row: tuple[Any, ...]) -> Effect:
+    return Effect(
+        operation_key=row[0],
+        run_id=row[1],
+        call_id=row[2],
+        tool_name=row[3],
+        tool_version=row[4],
+        argument_digest=row[5],
+        status=EffectStatus(row[6]),
+        result_digest=row[7],
+        external_reference=row[8],
+        result_json=row[9],
+        error=row[10],
+        attempts=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+    )
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        state_version=row[1],
+        status=row[2],
+        principal_id=row[3],
+        tenant_id=row[4],
+        policy_version=row[5],
+        checkpoint_json=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+        lease_owner=row[9],
+        lease_expires_at=row[10],
+    )
+
+
+class PostgresTx(Tx):
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.c = conn
+
+    def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self.c.execute(sql, params).fetchone()
+        return row
+
+    def _changed(self, sql: str, params: tuple[Any, ...]) -> bool:
+        return self.c.execute(sql, params).rowcount == 1
+
+    def audit_chain(self, run_id: str | None) -> str:
+        return run_id if run_id is not None else GLOBAL
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._one(f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = %s", (run_id,))
+        return None if row is None else _run(row)
+
+    def get_effect(self, operation_key: str) -> Effect | None:
+        row = self._one(
+            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = %s",
+            (operation_key,),
+        )
+        return None if row is None else _effect(row)
+
+    def get_approval(self, approval_id: str) -> Approval | None:
+        row = self._one("SELECT record_json FROM approvals WHERE approval_id = %s", (approval_id,))
+        return None if row is None else Approval.from_dict(json.loads(row[0]))
+
+    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
+        row = self._one(
+            "SELECT record_json FROM approvals WHERE run_id = %s AND call_id = %s "
+            "ORDER BY created_at DESC, seq DESC LIMIT 1",
+            (run_id, call_id),
+        )
+        return None if row is None else Approval.from_dict(json.loads(row[0]))
+
+    def messages(self, run_id: str) -> list[str]:
+        rows = self.c.execute(
+            "SELECT body FROM run_messages WHERE run_id = %s ORDER BY seq", (run_id,)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        rows = self.c.execute(
+            "SELECT seq, turn, kind, detail, at FROM run_steps WHERE run_id = %s ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [StepRecord(seq=r[0], turn=r[1], kind=r[2], detail=r[3], at=r[4]) for r in rows]
+
+    def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
+        return self._changed(
+            "INSERT INTO run_messages VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (run_id, seq, body),
+        )
+
+    def _insert_step(self, run_id: str, step: StepRecord) -> bool:
+        return self._changed(
+            "INSERT INTO run_steps VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (run_id, step.seq, step.turn, step.kind, step.detail, step.at),
+        )
+
+    def _insert_run(self, run: RunRecord) -> bool:
+        return self._changed(
+            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                run.run_id,
+                run.state_version,
+                run.status,
+                run.principal_id,
+                run.tenant_id,
+                run.policy_version,
+                run.checkpoint_json,
+                run.created_at,
+                run.updated_at,
+                run.lease_owner,
+                run.lease_expires_at,
+            ),
+        )
+
+    def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
+        return self._changed(
+            "UPDATE agent_runs SET state_version = %s, status = %s, policy_version = %s, "
+            "checkpoint_json = %s, updated_at = %s, lease_owner = %s, lease_expires_at = %s "
+            "WHERE run_id = %s AND state_version = %s",
+            (
+                run.state_version,
+                run.status,
+                run.policy_version,
+                run.checkpoint_json,
+                run.updated_at,
+                run.lease_owner,
+                run.lease_expires_at,
+                run.run_id,
+                expected_version,
+            ),
+        )
+
+    def _insert_effect(self, effect: Effect) -> bool:
+        e = effect
+        return self._changed(
+            f"INSERT INTO agent_effects ({_EFFECT_COLUMNS}) VALUES "
+            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                e.operation_key,
+                e.run_id,
+                e.call_id,
+                e.tool_name,
+                e.tool_version,
+                e.argument_digest,
+                e.status.value,
+                e.result_digest,
+                e.external_reference,
+                e.result_json,
+                e.error,
+                e.attempts,
+                e.created_at,
+                e.updated_at,
+            ),
+        )
+
+    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
+        return self._changed(
+            "UPDATE agent_effects SET status = %s, result_digest = %s, external_reference = %s, "
+            "result_json = %s, error = %s, attempts = %s, updated_at = %s "
+            "WHERE operation_key = %s AND status = %s",
+            (
+                effect.status.value,
+                effect.result_digest,
+                effect.external_reference,
+                effect.result_json,
+                effect.error,
+                effect.attempts,
+                effect.updated_at,
+                effect.operation_key,
+                expected.value,
+            ),
+        )
+
+    def _insert_approval(self, approval: Approval) -> bool:
+        return self._changed(
+            "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at,"
+            " record_json) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                approval.approval_id,
+                approval.run_id,
+                approval.call_id,
+                approval.status.value,
+                approval.created_at,
+                approval.expires_at,
+                canonical_json(approval.to_dict()),
+            ),
+        )
+
+    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
+        return self._changed(
+            "UPDATE approvals SET status = %s, record_json = %s "
+            "WHERE approval_id = %s AND status = %s",
+            (
+                approval.status.value,
+                canonical_json(approval.to_dict()),
+                approval.approval_id,
+                expected.value,
+            ),
+        )
+
+    def _audit_head(self, chain: str) -> AuditHead | None:
+        # FOR UPDATE: the head row is the chain's lock; appends to other chains do not wait.
+        row = self._one("SELECT seq, hash FROM audit_heads WHERE chain = %s FOR UPDATE", (chain,))
+        return None if row is None else AuditHead(row[0], row[1])
+
+    def _insert_audit(self, entry: AuditEntry) -> None:
+        self.c.execute(
+            "INSERT INTO audit_log (chain, seq, kind, run_id, prev_hash, hash, body) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                entry.chain,
+                entry.seq,
+                entry.kind,
+                entry.run_id,
+                entry.prev_hash,
+                entry.hash,
+                entry.body,
+            ),
+        )
+
+    def _set_audit_head(self, chain: str, head: AuditHead) -> None:
+        self.c.execute(
+            "INSERT INTO audit_heads (chain, seq, hash) VALUES (%s, %s, %s) "
+            "ON CONFLICT (chain) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+            (chain, head.seq, head.hash),
+        )
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The libpq URL without tether's own ``schema`` parameter, and that schema."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    if schema is not None and not _SCHEMA_NAME.match(schema):
+        raise ConfigurationError(f"schema {schema!r} must be a plain SQL identifier")
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+class PostgresStore(Store):
+    """The store in PostgreSQL; see the module docstring for how workers share it."""
+
+    def __init__(self, url: str, *, max_connections: int = 8, connect_timeout_s: float = 10):
+        self.url = url
+        conninfo, self.schema = split_url(url)
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            if self.schema is not None:
+                conn.execute(f'SET search_path TO "{self.schema}"')
+                conn.commit()
+
+        try:
+            self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+                conninfo,
+                min_size=1,
+                max_size=max_connections,
+                configure=configure,
+                timeout=connect_timeout_s,
+                open=False,
+            )
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise StoreError(f"cannot connect to PostgreSQL at {conninfo}: {e}") from e
+        self.migrate()
+
+    @property
+    def schema_version(self) -> int:
+        with self._pool.connection() as conn:
+            row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        return int(row[0]) if row else 0
+
+    def migrate(self) -> int:
+        """Apply the migrations this database lacks; concurrent migrators take turns."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                if self.schema is not None:
+                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether-migrate'))")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+                )
+                row = conn.execute(
+                    "SELECT coalesce(max(version), 0) FROM schema_migrations"
+                ).fetchone()
+                current = int(row[0]) if row else 0
+                if current > len(MIGRATIONS):
+                    raise StoreError(
+                        f"the database has schema version {current}, newer than this tether "
+                        f"({len(MIGRATIONS)}); upgrade tether"
+                    )
+                for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
+                    conn.execute(script)  # psycopg sends it as one multi-statement query
+                    conn.execute(
+                        "INSERT INTO schema_migrations VALUES (%s, extract(epoch from now()))",
+                        (version,),
+                    )
+        except psycopg.Error as e:
+            raise StoreError(f"cannot migrate {self.url}: {e}") from e
+        return len(MIGRATIONS)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield PostgresTx(conn)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
+            raise StoreError(f"PostgreSQL transaction failed: {e}") from e
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            with self._pool.connection() as conn:
+                rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+                return rows
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
+            raise StoreError(f"PostgreSQL query failed: {e}") from e
+
+    def list_runs(self, status: str | None = None) -> list[RunRecord]:
+        where, params = ("WHERE status = %s", (status,)) if status else ("", ())
+        rows = self._query(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
+        )
+        return [_run(r) for r in rows]
+
+    def list_effects(self, run_id: str | None = None) -> list[Effect]:
+        where, params = ("WHERE run_id = %s", (run_id,)) if run_id else ("", ())
+        rows = self._query(
+            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects {where} "
+            "ORDER BY created_at, operation_key",
+            params,
+        )
+        return [_effect(r) for r in rows]
+
+    def list_approvals(
+        self, status: ApprovalStatus | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = %s")
+            params.append(status.value)
+        if run_id is not None:
+            clauses.append("run_id = %s")
+            params.append(run_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query(
+            f"SELECT record_json FROM approvals {where} ORDER BY created_at, seq", tuple(params)
+        )
+        return [Approval.from_dict(json.loads(r[0])) for r in rows]
+
+    def audit_entries(self) -> Iterator[AuditEntry]:
+        rows = self._query(
+            "SELECT chain, seq, kind, run_id, prev_hash, hash, body FROM audit_log "
+            "ORDER BY chain, seq"
+        )
+        for r in rows:
+            yield AuditEntry(
+                chain=r[0], seq=r[1], kind=r[2], run_id=r[3], prev_hash=r[4], hash=r[5], body=r[6]
+            )
+
+    def audit_heads(self) -> dict[str, AuditHead]:
+        rows = self._query("SELECT chain, seq, hash FROM audit_heads")
+        return {r[0]: AuditHead(r[1], r[2]) for r in rows}
+
+    def close(self) -> None:
+        self._pool.close()

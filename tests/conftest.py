@@ -1,0 +1,58 @@
+"""The store matrix: tests that touch a store run on memory, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.pg import schema_url
+from tether.store import MemoryStore, SQLiteStore, Store
+
+KINDS = ("memory", "sqlite", "postgres")
+
+
+class Backend:
+    """One store's data, and as many connections to it as a test wants."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        self._opened: list[Store] = []
+        self._schema: Iterator[str] | None = None
+        if kind == "memory":
+            self.url = "memory://"
+            self._memory = MemoryStore()
+        elif kind == "sqlite":
+            self.url = f"sqlite:///{tmp_path}/t.db"
+        else:
+            self._schema = schema_url()
+            self.url = next(self._schema)
+        self.store = self.open()
+
+    def open(self) -> Store:
+        """A store on the same data, as another process would open it (memory: the same)."""
+        if self.kind == "memory":
+            return self._memory
+        if self.kind == "sqlite":
+            store: Store = SQLiteStore(self.url)
+        else:
+            from tether.store.postgres import PostgresStore
+
+            store = PostgresStore(self.url)
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()
+        if self._schema is not None:
+            for _ in self._schema:  # drops the schema
+                pass
+
+
+@pytest.fixture(params=KINDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    b = Backend(request.param, tmp_path)
+    yield b
+    b.close()
