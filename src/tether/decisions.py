@@ -100,11 +100,24 @@ def decide_approval(
                 actor=approver,
                 data={**approval_audit(decided), "reason": reason},
             )
+            queue_if_decided(tx, found.run_id, now)
     if raise_after is not None:
         raise raise_after
     if approve:
         crash_point("approval.after_grant_commit")
     return decided
+
+
+def queue_if_decided(tx: Tx, run_id: str, now: float) -> None:
+    """A run waiting for approvals becomes ``queued`` once none is pending: any worker (or
+    ``tether runs resume``) may then pick it up."""
+    run = tx.lock_run(run_id)
+    if run is None or run.status != "awaiting_approval":
+        return
+    if any(a.status is ApprovalStatus.PENDING for a in tx.approvals_for_run(run_id)):
+        return
+    tx.update_run(replace(run, status="queued", updated_at=now))
+    tx.append_audit("run_queued", at=now, run_id=run_id, data={"why": "approvals decided"})
 
 
 def latest_approval(store: Store, run_id: str, call_id: str, now: float) -> Approval | None:

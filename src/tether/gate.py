@@ -26,6 +26,7 @@ from tether.decisions import (
     expire,
     latest_approval,
     load_for_decision,
+    queue_if_decided,
 )
 from tether.digest import canonical_json, sha256_hex
 from tether.errors import (
@@ -627,6 +628,7 @@ class Gate:
             replaced_by=approval_id,
         )
         tx.update_approval(replaced, ApprovalStatus.PENDING)
+        queue_if_decided(tx, original.run_id, now)
         secrets = secret_values(arguments, tool.manifest.sensitive_fields)
         tx.append_audit(
             "approval_edited",

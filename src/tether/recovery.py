@@ -57,10 +57,16 @@ class RecoveryReport:
 
 
 def recoverable(store: Store, now: float, worker: str) -> list[RunRecord]:
+    """Runs nobody drives that should move: running under a dead lease, queued (new, or
+    all its approvals decided), or waiting for reconciliation."""
     running = [
         r for r in store.list_runs(RunStatus.RUNNING.value) if not lease_held(r, worker, now)
     ]
-    return running + store.list_runs(RunStatus.AWAITING_RECONCILIATION.value)
+    return (
+        running
+        + store.list_runs(RunStatus.QUEUED.value)
+        + store.list_runs(RunStatus.AWAITING_RECONCILIATION.value)
+    )
 
 
 def recover(store: Store, make_runner: Callable[[], Runner]) -> RecoveryReport:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from tether.errors import (
     OutcomeUnknown,
     RunConflict,
     RunStateError,
+    StaleState,
     ToolFailed,
 )
 from tether.gate import Gate, RunState, ToolCall
@@ -55,6 +57,7 @@ Approver = Callable[[Approval], bool]
 
 
 class RunStatus(StrEnum):
+    QUEUED = "queued"  # runnable, and nobody drives it yet: any worker may claim it
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
     # An effect's outcome is unknown and nothing could settle it: a human must say
@@ -191,6 +194,8 @@ class Runner:
         outcome) are reconciled first; one that cannot be leaves the run
         ``awaiting_reconciliation``."""
         self._claim(run_id)
+        heartbeat = _Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
+        heartbeat.start()
         try:
             self.reconciled = reconcile_run(self.gate, run_id)
             if any(r.settlement is Settlement.UNRESOLVED for r in self.reconciled):
@@ -199,39 +204,57 @@ class Runner:
         except BaseException:
             self._release(run_id)
             raise
+        finally:
+            heartbeat.stop()
 
     # -- leases ------------------------------------------------------------------------------
     def _claim(self, run_id: str) -> None:
         now = self.clock()
-        with self.store.transaction() as tx:
-            record = tx.get_run(run_id)
-            if record is None:
-                raise RunStateError(f"no run {run_id}; see `tether runs list`")
-            status = RunStatus(record.status)
-            if status.finished:
-                raise RunStateError(f"run {run_id} is already {status.value}; nothing to resume")
-            if lease_held(record, self.worker, now):
-                raise RunConflict(
-                    f"run {run_id} is being driven by {record.lease_owner} (lease until "
-                    f"{record.lease_expires_at:.0f}); wait for it, or for its lease to expire"
-                )
-            tx.update_run(
-                replace(
-                    record,
-                    status=RunStatus.RUNNING.value,
-                    lease_owner=self.worker,
-                    lease_expires_at=now + self.lease_s,
-                    updated_at=now,
-                )
-            )
-            tx.append_audit(
-                "run_claimed",
-                at=now,
-                run_id=run_id,
-                actor=self.worker,
-                data={"previous_status": status.value},
-            )
+        try:
+            with self.store.transaction() as tx:
+                self._claim_in(tx, run_id, now)
+        except StaleState as e:  # another worker claimed it between our read and our write
+            raise RunConflict(f"run {run_id} was claimed by another worker") from e
         crash_point("runs.after_claim")
+
+    def _claim_in(self, tx: Tx, run_id: str, now: float) -> None:
+        record = tx.lock_run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        status = RunStatus(record.status)
+        if status.finished:
+            raise RunStateError(f"run {run_id} is already {status.value}; nothing to resume")
+        if lease_held(record, self.worker, now):
+            raise RunConflict(
+                f"run {run_id} is being driven by {record.lease_owner} (lease until "
+                f"{record.lease_expires_at:.0f}); wait for it, or for its lease to expire"
+            )
+        tx.update_run(
+            replace(
+                record,
+                status=RunStatus.RUNNING.value,
+                lease_owner=self.worker,
+                lease_expires_at=now + self.lease_s,
+                updated_at=now,
+            )
+        )
+        tx.append_audit(
+            "run_claimed",
+            at=now,
+            run_id=run_id,
+            actor=self.worker,
+            data={"previous_status": status.value},
+        )
+
+    def create_queued(self, user_input: str, principal: Principal, **options: Any) -> str:
+        """Persist a new run for a worker to pick up (``tether run --enqueue``)."""
+        run_id = self.create(user_input, principal, **options)
+        now = self.clock()
+        with self.store.transaction() as tx:
+            record = _run(tx, run_id)
+            tx.update_run(replace(record, status=RunStatus.QUEUED.value, updated_at=now))
+            tx.append_audit("run_queued", at=now, run_id=run_id, data={})
+        return run_id
 
     def _release(self, run_id: str) -> None:
         try:
@@ -494,6 +517,34 @@ def lease_held(record: RunRecord, worker: str, now: float) -> bool:
     if record.lease_owner in (None, worker) or record.lease_expires_at is None:
         return False
     return record.lease_expires_at > now and owner_alive(record.lease_owner)
+
+
+class _Heartbeat:
+    """Renews a lease while its holder works, so a slow tool call does not let the lease
+    lapse and a second worker start the same run (and re-dispatch an in-flight call)."""
+
+    def __init__(
+        self, store: Store, run_id: str, owner: str, lease_s: float, clock: Callable[[], float]
+    ) -> None:
+        self.store, self.run_id, self.owner = store, run_id, owner
+        self.lease_s, self.clock = lease_s, clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="tether-lease")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with self.store.transaction() as tx:
+                    if not tx.renew_lease(self.run_id, self.owner, self.clock() + self.lease_s):
+                        return  # lost it: the holder's next write will find out
+            except Exception:
+                continue
 
 
 def load_result(store: Store, run_id: str) -> RunResult:

@@ -81,6 +81,28 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
+    def lock_run(self, run_id: str) -> RunRecord | None:
+        """The run, locked until this transaction ends where the backend has row locks (so
+        two claimers queue instead of both reading the same version)."""
+        return self.get_run(run_id)
+
+    def renew_lease(self, run_id: str, owner: str, until: float) -> bool:
+        """Extend ``owner``'s lease; False if it no longer holds it. A lease is not run
+        state, so this does not bump ``state_version`` (the holder's own writes would lose
+        their compare-and-swap to their own heartbeat)."""
+        return self._renew_lease(run_id, owner, until)
+
+    def claimable(self, now: float, limit: int) -> list[RunRecord]:
+        """Runs a worker may claim now: queued, or running with an expired or no lease.
+        Backends with row locks lock them and skip those another worker has locked."""
+        found = [
+            r
+            for status in ("queued", "running")
+            for r in self._runs_with_status(status)
+            if r.lease_owner is None or (r.lease_expires_at or 0) < now
+        ]
+        return sorted(found, key=lambda r: r.updated_at)[:limit]
+
     def insert_run(self, run: RunRecord) -> None:
         if not self._insert_run(run):
             raise StoreError(f"run {run.run_id} already exists; choose another run id")
@@ -135,6 +157,9 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
         """The most recent approval requested for this call, if any."""
+
+    @abc.abstractmethod
+    def approvals_for_run(self, run_id: str) -> list[Approval]: ...
 
     def insert_approval(self, approval: Approval) -> None:
         if not self._insert_approval(approval):
@@ -202,6 +227,12 @@ class Tx(abc.ABC):
 
     @abc.abstractmethod
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool: ...
+
+    @abc.abstractmethod
+    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool: ...
+
+    @abc.abstractmethod
+    def _runs_with_status(self, status: str) -> list[RunRecord]: ...
 
     @abc.abstractmethod
     def _insert_message(self, run_id: str, seq: int, body: str) -> bool: ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import MAIN, AuditEntry, AuditHead
@@ -65,6 +66,10 @@ class MemoryTx(Tx):
     def get_approval(self, approval_id: str) -> Approval | None:
         return self.t.approvals.get(approval_id)
 
+    def approvals_for_run(self, run_id: str) -> list[Approval]:
+        found = [a for a in self.t.approvals.values() if a.run_id == run_id]
+        return sorted(found, key=lambda a: a.created_at)
+
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
         found = [a for a in self.t.approvals.values() if (a.run_id, a.call_id) == (run_id, call_id)]
         return max(found, key=lambda a: a.created_at) if found else None
@@ -81,6 +86,16 @@ class MemoryTx(Tx):
             return False
         self.t.runs[run.run_id] = run
         return True
+
+    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
+        current = self.t.runs.get(run_id)
+        if current is None or current.lease_owner != owner:
+            return False
+        self.t.runs[run_id] = replace(current, lease_expires_at=until)
+        return True
+
+    def _runs_with_status(self, status: str) -> list[RunRecord]:
+        return [r for r in self.t.runs.values() if r.status == status]
 
     def _insert_effect(self, effect: Effect) -> bool:
         if effect.operation_key in self.t.effects:

@@ -106,6 +106,7 @@ MIGRATIONS: list[str] = [
         prev_hash TEXT NOT NULL,
         hash TEXT NOT NULL,
         body TEXT NOT NULL,
+        id BIGSERIAL,  -- append order across chains, for reading; a sequence takes no lock
         PRIMARY KEY (chain, seq)
     );
     CREATE TABLE audit_heads (
@@ -180,6 +181,34 @@ class PostgresTx(Tx):
         row = self._one(f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = %s", (run_id,))
         return None if row is None else _run(row)
 
+    def lock_run(self, run_id: str) -> RunRecord | None:
+        row = self._one(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+        )
+        return None if row is None else _run(row)
+
+    def claimable(self, now: float, limit: int) -> list[RunRecord]:
+        # SKIP LOCKED: workers polling at once each get different runs, and none waits.
+        rows = self.c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE status IN ('queued', 'running') "
+            "AND (lease_owner IS NULL OR lease_expires_at < %s) "
+            "ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED",
+            (now, limit),
+        ).fetchall()
+        return [_run(r) for r in rows]
+
+    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
+        return self._changed(
+            "UPDATE agent_runs SET lease_expires_at = %s WHERE run_id = %s AND lease_owner = %s",
+            (until, run_id, owner),
+        )
+
+    def _runs_with_status(self, status: str) -> list[RunRecord]:
+        rows = self.c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE status = %s", (status,)
+        ).fetchall()
+        return [_run(r) for r in rows]
+
     def get_effect(self, operation_key: str) -> Effect | None:
         row = self._one(
             f"SELECT {_EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = %s",
@@ -190,6 +219,13 @@ class PostgresTx(Tx):
     def get_approval(self, approval_id: str) -> Approval | None:
         row = self._one("SELECT record_json FROM approvals WHERE approval_id = %s", (approval_id,))
         return None if row is None else Approval.from_dict(json.loads(row[0]))
+
+    def approvals_for_run(self, run_id: str) -> list[Approval]:
+        rows = self.c.execute(
+            "SELECT record_json FROM approvals WHERE run_id = %s ORDER BY created_at, seq",
+            (run_id,),
+        ).fetchall()
+        return [Approval.from_dict(json.loads(r[0])) for r in rows]
 
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
         row = self._one(
@@ -480,8 +516,7 @@ class PostgresStore(Store):
 
     def audit_entries(self) -> Iterator[AuditEntry]:
         rows = self._query(
-            "SELECT chain, seq, kind, run_id, prev_hash, hash, body FROM audit_log "
-            "ORDER BY chain, seq"
+            "SELECT chain, seq, kind, run_id, prev_hash, hash, body FROM audit_log ORDER BY id"
         )
         for r in rows:
             yield AuditEntry(

@@ -233,6 +233,13 @@ class SQLiteTx(Tx):
             ).fetchone()
         )
 
+    def approvals_for_run(self, run_id: str) -> list[Approval]:
+        rows = self.c.execute(
+            "SELECT record_json FROM approvals WHERE run_id = ? ORDER BY created_at, rowid",
+            (run_id,),
+        ).fetchall()
+        return [Approval.from_dict(json.loads(r[0])) for r in rows]
+
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
         return _approval(
             self.c.execute(
@@ -279,6 +286,19 @@ class SQLiteTx(Tx):
             ),
         )
         return cur.rowcount == 1
+
+    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
+        cur = self.c.execute(
+            "UPDATE agent_runs SET lease_expires_at = ? WHERE run_id = ? AND lease_owner = ?",
+            (until, run_id, owner),
+        )
+        return cur.rowcount == 1
+
+    def _runs_with_status(self, status: str) -> list[RunRecord]:
+        rows = self.c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,)
+        ).fetchall()
+        return [_run(r) for r in rows]
 
     def _insert_effect(self, effect: Effect) -> bool:
         return _inserted(
