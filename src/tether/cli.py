@@ -27,6 +27,7 @@ from tether.reconcile import resolve_effect
 from tether.recovery import recover, rollback
 from tether.runs import RunResult, load_result
 from tether.store import Store, open_store
+from tether.worker import Worker
 
 DB_OPTION = click.option(
     "--db",
@@ -182,6 +183,7 @@ def _app_for_run(store: Store, run_id: str, app_ref: str | None) -> tuple[App, s
 @click.option("--tenant", default=None, help="The principal's tenant.")
 @click.option("--scopes", default=None, help="Comma-separated scopes of the principal.")
 @click.option("--run-id", default=None, help="Choose the run id (default: a new one).")
+@click.option("--enqueue", is_flag=True, help="Queue the run for a worker instead of running it.")
 @click.argument("message")
 def run_command(
     db: str,
@@ -191,6 +193,7 @@ def run_command(
     tenant: str | None,
     scopes: str | None,
     run_id: str | None,
+    enqueue: bool,
     message: str,
 ) -> None:
     """Start a run of the app's agent on MESSAGE; it runs until done or waiting for a human."""
@@ -198,8 +201,48 @@ def run_command(
     with _open(db) as store:
         runner = app.runner(store, metadata={"app": app_ref})
         principal = _principal(app, subject, tenant, scopes)
-        result = runner.start(message, principal, budget=app.budget, run_id=run_id)
+        if enqueue:
+            queued = runner.create_queued(message, principal, budget=app.budget, run_id=run_id)
+            result = load_result(store, queued)
+        else:
+            result = runner.start(message, principal, budget=app.budget, run_id=run_id)
     _print_run(result, as_json)
+
+
+@main.command("worker")
+@DB_OPTION
+@JSON_OPTION
+@click.option("--app", "app_ref", envvar="TETHER_APP", required=True, help="module:attribute")
+@click.option("--concurrency", default=1, show_default=True, help="Runs driven at once.")
+@click.option("--lease", "lease_s", default=30.0, show_default=True, help="Lease in seconds.")
+@click.option("--poll", "poll_s", default=0.2, show_default=True, help="Idle poll interval.")
+@click.option(
+    "--exit-when-idle",
+    "idle_s",
+    type=float,
+    default=None,
+    help="Exit after this many seconds with nothing to do (default: run until SIGTERM).",
+)
+def worker_command(
+    db: str,
+    as_json: bool,
+    app_ref: str,
+    concurrency: int,
+    lease_s: float,
+    poll_s: float,
+    idle_s: float | None,
+) -> None:
+    """Claim and drive runnable runs until SIGTERM; shares the work with other workers."""
+    app = load_app(app_ref)
+    with _open(db) as store:
+        worker = Worker(
+            app, store, app_ref=app_ref, concurrency=concurrency, lease_s=lease_s, poll_s=poll_s
+        )
+        worker.install_signal_handlers()
+        stats = worker.run(exit_when_idle_s=idle_s)
+    if not as_json:
+        click.echo(f"worker {worker.name}: claimed {stats.claimed}, finished {stats.finished}")
+    click.echo(json.dumps(stats.to_dict()))
 
 
 @main.group()

@@ -222,6 +222,8 @@ class Runner:
         if record is None:
             raise RunStateError(f"no run {run_id}; see `tether runs list`")
         status = RunStatus(record.status)
+        if status is RunStatus.RUNNING and record.lease_owner == self.worker:
+            return  # claimed for us already (a worker takes the lease as it picks the run)
         if status.finished:
             raise RunStateError(f"run {run_id} is already {status.value}; nothing to resume")
         if lease_held(record, self.worker, now):
