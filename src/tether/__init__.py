@@ -1,5 +1,6 @@
 """tether: one governed, durable gate between an AI agent and the tools it calls."""
 
+from tether.app import App, load_app
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import AuditReport
 from tether.budget import Budget
@@ -10,9 +11,12 @@ from tether.errors import (
     Denied,
     HumanApprovalRequired,
     InvalidArguments,
+    ModelError,
     OperationConflict,
     OutcomeUnknown,
     PolicyDenied,
+    RunConflict,
+    RunStateError,
     Signal,
     StaleState,
     TetherError,
@@ -25,13 +29,16 @@ from tether.ledger import Effect, EffectStatus, operation_key
 from tether.models import Message, Model, ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy import Decision, Policy, Principal, Verdict, decide
-from tether.runs import RunResult, Step, run_with_approval
+from tether.recovery import recover, rollback
+from tether.runs import Runner, RunResult, RunStatus, Step, run_with_approval
 from tether.sandbox import sandboxed_eval
 from tether.store import MemoryStore, SQLiteStore, Store, open_store
 from tether.tools import Manifest, Registry, Risk
+from tether.worker import Worker
 
 __all__ = [
     "AgentHarness",
+    "App",
     "Approval",
     "ApprovalDenied",
     "ApprovalRequired",
@@ -50,6 +57,7 @@ __all__ = [
     "MemoryStore",
     "Message",
     "Model",
+    "ModelError",
     "ModelToolCall",
     "OperationConflict",
     "Outcome",
@@ -63,7 +71,11 @@ __all__ = [
     "Result",
     "Risk",
     "RollbackCoordinator",
+    "RunConflict",
     "RunResult",
+    "RunStateError",
+    "RunStatus",
+    "Runner",
     "SQLiteStore",
     "ScriptedModel",
     "Signal",
@@ -75,9 +87,13 @@ __all__ = [
     "ToolFailed",
     "UnknownToolError",
     "Verdict",
+    "Worker",
     "decide",
+    "load_app",
     "open_store",
     "operation_key",
+    "recover",
+    "rollback",
     "run_with_approval",
     "sandboxed_eval",
 ]

@@ -57,6 +57,8 @@ Approver = Callable[[Approval], bool]
 
 
 class RunStatus(StrEnum):
+    """Where a run stands; finished runs (completed, failed, cancelled) never move again."""
+
     QUEUED = "queued"  # runnable, and nobody drives it yet: any worker may claim it
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"

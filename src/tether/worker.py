@@ -43,6 +43,8 @@ class WorkerStats:
 
 
 class Worker:
+    """Claims runnable runs from a store and drives them, ``concurrency`` at a time."""
+
     def __init__(
         self,
         app: App,
