@@ -22,8 +22,8 @@ from typing import Any
 
 from tether.app import App
 from tether.errors import RunConflict, RunStateError, StoreError
-from tether.runs import RunStatus, worker_name
-from tether.store.base import Store
+from tether.runs import RunStatus, lease_held, owner_alive, worker_name
+from tether.store.base import RunRecord, Store, Tx
 
 
 @dataclass
@@ -105,26 +105,41 @@ class Worker:
         try:
             with self.store.transaction() as tx:
                 for record in tx.claimable(now, 1):
-                    tx.update_run(
-                        replace(
-                            record,
-                            status=RunStatus.RUNNING.value,
-                            lease_owner=worker,
-                            lease_expires_at=now + self.lease_s,
-                            updated_at=now,
-                        )
-                    )
-                    tx.append_audit(
-                        "run_claimed",
-                        at=now,
-                        run_id=record.run_id,
-                        actor=worker,
-                        data={"previous_status": record.status, "by": "worker"},
-                    )
-                    return record.run_id
+                    return self._take(tx, record, worker, now)
+            # Nothing free: a run whose holder died on this host need not wait out its lease.
+            for record in self.store.list_runs(RunStatus.RUNNING.value):
+                if record.lease_owner is None or owner_alive(record.lease_owner):
+                    continue
+                with self.store.transaction() as tx:
+                    current = tx.lock_run(record.run_id)
+                    if (
+                        current is not None
+                        and current.status == RunStatus.RUNNING.value
+                        and (not lease_held(current, worker, now))
+                    ):
+                        return self._take(tx, current, worker, now)
         except StoreError as e:
             self._note_error(f"claim: {e}")
         return None
+
+    def _take(self, tx: Tx, record: RunRecord, worker: str, now: float) -> str:
+        tx.update_run(
+            replace(
+                record,
+                status=RunStatus.RUNNING.value,
+                lease_owner=worker,
+                lease_expires_at=now + self.lease_s,
+                updated_at=now,
+            )
+        )
+        tx.append_audit(
+            "run_claimed",
+            at=now,
+            run_id=record.run_id,
+            actor=worker,
+            data={"previous_status": record.status, "by": "worker"},
+        )
+        return record.run_id
 
     def _drive(self, worker: str, run_id: str) -> None:
         with self._lock:
