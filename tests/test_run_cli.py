@@ -271,3 +271,56 @@ def test_deciding_an_unknown_or_already_decided_approval_fails(cli: Cli) -> None
     out = cli("approvals", "deny", approval_id, "--approver", "reviewer-5", "--reason", "no")
     assert_one_line_error(out, "already approved")
     assert cli.audit_intact()
+
+
+def test_enqueue_then_a_worker_drives_the_run_and_rollback_undoes_it(tmp_path: Path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tether", *args],
+            cwd=tmp_path,
+            env={
+                **os.environ,
+                "TETHER_DB": f"sqlite:///{tmp_path}/t.db",
+                "TETHER_DEMO_WORLD": str(tmp_path / "world.db"),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    queued = json.loads(
+        cli("run", "--app", APP, "--enqueue", "--json", "close ticket T-5").stdout.splitlines()[-1]
+    )
+    assert queued["status"] == "queued"
+    worked = cli("worker", "--app", APP, "--exit-when-idle", "0.5", "--json")
+    assert worked.returncode == 0, worked.stderr
+    assert json.loads(worked.stdout.splitlines()[-1])["finished"] == {"awaiting_approval": 1}
+    [pending] = json.loads(cli("approvals", "list", "--status", "pending", "--json").stdout)
+    cli("approvals", "approve", pending["approval_id"], "--approver", "reviewer-5")
+    shown = json.loads(cli("runs", "show", queued["run_id"], "--json").stdout)
+    assert shown["status"] == "queued"  # every approval decided: any worker may pick it up
+    assert cli("worker", "--app", APP, "--exit-when-idle", "0.5").returncode == 0
+    shown = json.loads(cli("runs", "show", queued["run_id"], "--json").stdout)
+    assert shown["status"] == "completed"
+    undo = json.loads(cli("runs", "rollback", queued["run_id"], "--json").stdout.splitlines()[-1])
+    assert undo["complete"] is False and len(undo["approvals"]) == 1
+    cli("approvals", "approve", undo["approvals"][0], "--approver", "reviewer-5")
+    done = json.loads(cli("runs", "rollback", queued["run_id"], "--json").stdout.splitlines()[-1])
+    assert done["complete"] is True and len(done["compensated"]) == 1
+    with sqlite3.connect(tmp_path / "world.db") as c:
+        counts = dict(c.execute("SELECT tool, count(*) FROM calls GROUP BY tool").fetchall())
+    assert counts == {"read_ticket": 1, "close_ticket": 1, "reopen_ticket": 1}
+    assert cli("audit", "verify").returncode == 0
+
+
+def test_unknown_crash_point_is_refused(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tether", "audit", "verify", "--db", f"sqlite:///{tmp_path}/t.db"],
+        env={**os.environ, "TETHER_CRASH_AT": "no.such.point"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "unknown crash point 'no.such.point'" in out.stderr
