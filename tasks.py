@@ -4,6 +4,10 @@
     python3 tasks.py demo    run the seed scenarios (tether demo) on ./tether.db
     python3 tasks.py test    lint, type-check and run the whole test suite
 
+and, for the figures in BENCHMARKS.md:
+
+    python3 tasks.py bench   every benchmark in bench/ (installs the bench extra: LangGraph)
+
 Each creates ./.venv on first use and reinstalls when pyproject.toml changes.
 """
 
@@ -29,15 +33,16 @@ def sh(*args: str | Path) -> None:
         sys.exit(code)
 
 
-def ensure_venv() -> None:
-    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == want:
+def ensure_venv(extras: str = "dev") -> None:
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest() + extras
+    stamp = STAMP.with_name(f"{STAMP.name}-{extras}")
+    if stamp.exists() and stamp.read_text() == want:
         return
     if not (BIN / "python").exists():
         print(f"creating {VENV}", flush=True)
         venv.create(VENV, with_pip=True)
-    sh(BIN / "python", "-m", "pip", "install", "-q", "-e", ".[dev]")
-    STAMP.write_text(want)
+    sh(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]")
+    stamp.write_text(want)
 
 
 def demo(args: list[str]) -> None:
@@ -53,8 +58,15 @@ def test(args: list[str]) -> None:
     sh(BIN / "python", "-m", "pytest", *args)
 
 
+def bench(args: list[str]) -> None:
+    ensure_venv("dev,bench")
+    for script in ("bench_gate.py", "bench_runs.py", "bench_recovery.py", "bench_pg.py"):
+        if (ROOT / "bench" / script).exists():
+            sh(BIN / "python", ROOT / "bench" / script, *args)
+
+
 def main() -> None:
-    commands = {"demo": demo, "test": test}
+    commands = {"demo": demo, "test": test, "bench": bench}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(f"usage: python3 tasks.py {{{'|'.join(commands)}}} [args...]")
     commands[sys.argv[1]](sys.argv[2:])
