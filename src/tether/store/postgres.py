@@ -30,6 +30,14 @@ from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
 from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.rows import (
+    EFFECT_COLUMNS,
+    RUN_COLUMNS,
+    effect_from_row,
+    effect_row,
+    run_from_row,
+    run_row,
+)
 
 try:
     import psycopg
@@ -117,50 +125,7 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-_EFFECT_COLUMNS = (
-    "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
-    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at"
-)
-_RUN_COLUMNS = (
-    "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
-    "created_at, updated_at, lease_owner, lease_expires_at"
-)
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-
-def _effect(row: tuple[Any, ...]) -> Effect:
-    return Effect(
-        operation_key=row[0],
-        run_id=row[1],
-        call_id=row[2],
-        tool_name=row[3],
-        tool_version=row[4],
-        argument_digest=row[5],
-        status=EffectStatus(row[6]),
-        result_digest=row[7],
-        external_reference=row[8],
-        result_json=row[9],
-        error=row[10],
-        attempts=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-    )
-
-
-def _run(row: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        state_version=row[1],
-        status=row[2],
-        principal_id=row[3],
-        tenant_id=row[4],
-        policy_version=row[5],
-        checkpoint_json=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        lease_owner=row[9],
-        lease_expires_at=row[10],
-    )
 
 
 class PostgresTx(Tx):
@@ -178,24 +143,24 @@ class PostgresTx(Tx):
         return run_id if run_id is not None else GLOBAL
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        row = self._one(f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = %s", (run_id,))
-        return None if row is None else _run(row)
+        row = self._one(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = %s", (run_id,))
+        return None if row is None else run_from_row(row)
 
     def lock_run(self, run_id: str) -> RunRecord | None:
         row = self._one(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = %s FOR UPDATE", (run_id,)
         )
-        return None if row is None else _run(row)
+        return None if row is None else run_from_row(row)
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
         # SKIP LOCKED: workers polling at once each get different runs, and none waits.
         rows = self.c.execute(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE status IN ('queued', 'running') "
+            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status IN ('queued', 'running') "
             "AND (lease_owner IS NULL OR lease_expires_at < %s) "
             "ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED",
             (now, limit),
         ).fetchall()
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
         return self._changed(
@@ -205,16 +170,16 @@ class PostgresTx(Tx):
 
     def _runs_with_status(self, status: str) -> list[RunRecord]:
         rows = self.c.execute(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE status = %s", (status,)
+            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = %s", (status,)
         ).fetchall()
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def get_effect(self, operation_key: str) -> Effect | None:
         row = self._one(
-            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = %s",
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = %s",
             (operation_key,),
         )
-        return None if row is None else _effect(row)
+        return None if row is None else effect_from_row(row)
 
     def get_approval(self, approval_id: str) -> Approval | None:
         row = self._one("SELECT record_json FROM approvals WHERE approval_id = %s", (approval_id,))
@@ -262,21 +227,9 @@ class PostgresTx(Tx):
 
     def _insert_run(self, run: RunRecord) -> bool:
         return self._changed(
-            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) "
+            f"INSERT INTO agent_runs ({RUN_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (
-                run.run_id,
-                run.state_version,
-                run.status,
-                run.principal_id,
-                run.tenant_id,
-                run.policy_version,
-                run.checkpoint_json,
-                run.created_at,
-                run.updated_at,
-                run.lease_owner,
-                run.lease_expires_at,
-            ),
+            run_row(run),
         )
 
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
@@ -298,26 +251,10 @@ class PostgresTx(Tx):
         )
 
     def _insert_effect(self, effect: Effect) -> bool:
-        e = effect
         return self._changed(
-            f"INSERT INTO agent_effects ({_EFFECT_COLUMNS}) VALUES "
+            f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) VALUES "
             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (
-                e.operation_key,
-                e.run_id,
-                e.call_id,
-                e.tool_name,
-                e.tool_version,
-                e.argument_digest,
-                e.status.value,
-                e.result_digest,
-                e.external_reference,
-                e.result_json,
-                e.error,
-                e.attempts,
-                e.created_at,
-                e.updated_at,
-            ),
+            effect_row(effect),
         )
 
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
@@ -485,18 +422,18 @@ class PostgresStore(Store):
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
         where, params = ("WHERE status = %s", (status,)) if status else ("", ())
         rows = self._query(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
+            f"SELECT {RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
         )
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def list_effects(self, run_id: str | None = None) -> list[Effect]:
         where, params = ("WHERE run_id = %s", (run_id,)) if run_id else ("", ())
         rows = self._query(
-            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects {where} "
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects {where} "
             "ORDER BY created_at, operation_key",
             params,
         )
-        return [_effect(r) for r in rows]
+        return [effect_from_row(r) for r in rows]
 
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None

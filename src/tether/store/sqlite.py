@@ -24,6 +24,14 @@ from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
 from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.rows import (
+    EFFECT_COLUMNS,
+    RUN_COLUMNS,
+    effect_from_row,
+    effect_row,
+    run_from_row,
+    run_row,
+)
 
 # Position in this list is the schema version; append, never edit.
 MIGRATIONS: list[str] = [
@@ -110,69 +118,6 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-_EFFECT_COLUMNS = (
-    "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
-    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at"
-)
-_RUN_COLUMNS = (
-    "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
-    "created_at, updated_at, lease_owner, lease_expires_at"
-)
-
-
-def _effect(row: tuple[Any, ...]) -> Effect:
-    return Effect(
-        operation_key=row[0],
-        run_id=row[1],
-        call_id=row[2],
-        tool_name=row[3],
-        tool_version=row[4],
-        argument_digest=row[5],
-        status=EffectStatus(row[6]),
-        result_digest=row[7],
-        external_reference=row[8],
-        result_json=row[9],
-        error=row[10],
-        attempts=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-    )
-
-
-def _effect_row(e: Effect) -> tuple[Any, ...]:
-    return (
-        e.operation_key,
-        e.run_id,
-        e.call_id,
-        e.tool_name,
-        e.tool_version,
-        e.argument_digest,
-        e.status.value,
-        e.result_digest,
-        e.external_reference,
-        e.result_json,
-        e.error,
-        e.attempts,
-        e.created_at,
-        e.updated_at,
-    )
-
-
-def _run(row: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        state_version=row[1],
-        status=row[2],
-        principal_id=row[3],
-        tenant_id=row[4],
-        policy_version=row[5],
-        checkpoint_json=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        lease_owner=row[9],
-        lease_expires_at=row[10],
-    )
-
 
 def _approval(row: tuple[Any, ...] | None) -> Approval | None:
     return None if row is None else Approval.from_dict(json.loads(row[0]))
@@ -192,16 +137,16 @@ class SQLiteTx(Tx):
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self.c.execute(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,)
+            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,)
         ).fetchone()
-        return None if row is None else _run(row)
+        return None if row is None else run_from_row(row)
 
     def get_effect(self, operation_key: str) -> Effect | None:
         row = self.c.execute(
-            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = ?",
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = ?",
             (operation_key,),
         ).fetchone()
-        return None if row is None else _effect(row)
+        return None if row is None else effect_from_row(row)
 
     def messages(self, run_id: str) -> list[str]:
         rows = self.c.execute(
@@ -252,20 +197,8 @@ class SQLiteTx(Tx):
     def _insert_run(self, run: RunRecord) -> bool:
         return _inserted(
             self.c,
-            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run.run_id,
-                run.state_version,
-                run.status,
-                run.principal_id,
-                run.tenant_id,
-                run.policy_version,
-                run.checkpoint_json,
-                run.created_at,
-                run.updated_at,
-                run.lease_owner,
-                run.lease_expires_at,
-            ),
+            f"INSERT INTO agent_runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            run_row(run),
         )
 
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
@@ -296,16 +229,16 @@ class SQLiteTx(Tx):
 
     def _runs_with_status(self, status: str) -> list[RunRecord]:
         rows = self.c.execute(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,)
+            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,)
         ).fetchall()
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def _insert_effect(self, effect: Effect) -> bool:
         return _inserted(
             self.c,
-            f"INSERT INTO agent_effects ({_EFFECT_COLUMNS}) "
+            f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            _effect_row(effect),
+            effect_row(effect),
         )
 
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
@@ -498,17 +431,17 @@ class SQLiteStore(Store):
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
         where, params = ("WHERE status = ?", (status,)) if status else ("", ())
         rows = self._query(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
+            f"SELECT {RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
         )
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def list_effects(self, run_id: str | None = None) -> list[Effect]:
         where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
         rows = self._query(
-            f"SELECT {_EFFECT_COLUMNS} FROM agent_effects {where} ORDER BY created_at, rowid",
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects {where} ORDER BY created_at, rowid",
             params,
         )
-        return [_effect(r) for r in rows]
+        return [effect_from_row(r) for r in rows]
 
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None
