@@ -253,6 +253,20 @@ class Gate:
             denied = PolicyDenied(call.tool, decision.reasons, decision.policy_version)
             return refuse("call_denied", denied, decision=decision.to_dict()), budget
 
+        def admit(effect: Effect, label: str, budget: Budget) -> _Admitted:
+            return _Admitted(
+                tool=tool,
+                effect=effect,
+                arguments=arguments,
+                decision=decision,
+                label=label,
+                step=budget.steps,
+                actor=actor,
+                flags=flags,
+                redactions=tuple(redactions),
+                counts_bytes=budget.max_bytes is not None,
+            )
+
         existing = tx.get_effect(key)
         if existing is not None:
             if (existing.run_id, existing.call_id, existing.argument_digest) != (
@@ -277,19 +291,7 @@ class Gate:
                     data={"operation_key": key, "attempt": retry.attempts},
                 )
                 label = "allow" if decision.verdict is Verdict.ALLOW else "allow_after_approval"
-                admitted = _Admitted(
-                    tool=tool,
-                    effect=retry,
-                    arguments=arguments,
-                    decision=decision,
-                    label=label,
-                    step=budget.steps,
-                    actor=actor,
-                    flags=flags,
-                    redactions=tuple(redactions),
-                    counts_bytes=budget.max_bytes is not None,
-                )
-                return admitted, budget
+                return admit(retry, label, budget), budget
             return self._replay(tx, existing, tool, actor, now), budget
 
         try:
@@ -330,19 +332,7 @@ class Gate:
             ),
             redactions=redactions,
         )
-        admitted = _Admitted(
-            tool=tool,
-            effect=effect,
-            arguments=arguments,
-            decision=decision,
-            label=label,
-            step=budget.steps,
-            actor=actor,
-            flags=flags,
-            redactions=tuple(redactions),
-            counts_bytes=budget.max_bytes is not None,
-        )
-        return admitted, budget
+        return admit(effect, label, budget), budget
 
     def _grant(
         self,
