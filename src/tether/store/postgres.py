@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import GLOBAL, AuditEntry, AuditHead
+from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
@@ -304,13 +304,28 @@ class PostgresTx(Tx):
 
     def _audit_head(self, chain: str) -> AuditHead | None:
         # FOR UPDATE: the head row is the chain's lock; appends to other chains do not wait.
-        row = self._one("SELECT seq, hash FROM audit_heads WHERE chain = %s FOR UPDATE", (chain,))
-        return None if row is None else AuditHead(row[0], row[1])
+        sql = "SELECT seq, hash FROM audit_heads WHERE chain = %s FOR UPDATE"
+        row = self._one(sql, (chain,))
+        if row is None:
+            # A chain's first append: nothing to lock yet, so two writers could both start
+            # it. Create the head (as an empty chain) first; a racing writer waits on it.
+            self.c.execute(
+                "INSERT INTO audit_heads (chain, seq, hash) VALUES (%s, 0, %s) "
+                "ON CONFLICT DO NOTHING",
+                (chain, GENESIS),
+            )
+            row = self._one(sql, (chain,))
+        if row is None or row[0] == 0:
+            return None
+        return AuditHead(row[0], row[1])
 
     def _insert_audit(self, entry: AuditEntry) -> None:
+        # The entry and its chain's new head in one statement: one round trip, not two.
         self.c.execute(
-            "INSERT INTO audit_log (chain, seq, kind, run_id, prev_hash, hash, body) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            "WITH entry AS ("
+            " INSERT INTO audit_log (chain, seq, kind, run_id, prev_hash, hash, body)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s))"
+            " UPDATE audit_heads SET seq = %s, hash = %s WHERE chain = %s",
             (
                 entry.chain,
                 entry.seq,
@@ -319,15 +334,14 @@ class PostgresTx(Tx):
                 entry.prev_hash,
                 entry.hash,
                 entry.body,
+                entry.seq,
+                entry.hash,
+                entry.chain,
             ),
         )
 
     def _set_audit_head(self, chain: str, head: AuditHead) -> None:
-        self.c.execute(
-            "INSERT INTO audit_heads (chain, seq, hash) VALUES (%s, %s, %s) "
-            "ON CONFLICT (chain) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-            (chain, head.seq, head.hash),
-        )
+        pass  # done by _insert_audit, in the same statement
 
 
 def split_url(url: str) -> tuple[str, str | None]:
