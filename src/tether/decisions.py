@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tether.approvals import Approval, ApprovalStatus, check_decider
+from tether.approvals import Approval, ApprovalStatus, CallBinding, check_decider
 from tether.crash import crash_point
-from tether.errors import ApprovalStateError
-from tether.policy import Policy
+from tether.errors import ApprovalStateError, PolicyDenied, StoreError
+from tether.policy import Policy, Verdict, decide
+from tether.screening import screen_arguments, scrub, secret_values
+from tether.state import RunState, new_id
 from tether.store.base import Store, Tx
+from tether.tools import Registry
 
 
 def approval_audit(approval: Approval) -> dict[str, Any]:
@@ -131,3 +134,120 @@ def latest_approval(store: Store, run_id: str, call_id: str, now: float) -> Appr
         if current is None or current.status is not ApprovalStatus.PENDING:
             return current
         return expire(tx, current, now)
+
+
+def edit_approval(
+    store: Store,
+    registry: Registry,
+    policy: Policy,
+    approval_id: str,
+    approver: str,
+    arguments: dict[str, Any],
+    *,
+    now: float,
+    reason: str | None = None,
+) -> Approval:
+    """An approver's edit of a pending call: the original becomes ``edited``, and a new
+    approval, already granted by the editor, binds the edited call (a new call id and
+    digest). The edited arguments must pass the tool's schema and the policy again."""
+    with store.transaction() as tx:
+        found = load_for_decision(tx, approval_id, now, policy)
+        if isinstance(found, ApprovalStateError):
+            raise_after = found
+        else:
+            return _edit(tx, registry, policy, found, approver, arguments, reason, now)
+    raise raise_after
+
+
+def _run_state(tx: Tx, run_id: str) -> RunState:
+    record = tx.get_run(run_id)
+    if record is None:
+        raise StoreError(f"approval names run {run_id}, which does not exist")
+    return RunState.load(record)
+
+
+def _edit(
+    tx: Tx,
+    registry: Registry,
+    policy: Policy,
+    original: Approval,
+    approver: str,
+    arguments: dict[str, Any],
+    reason: str | None,
+    now: float,
+) -> Approval:
+    check_decider(
+        original,
+        approver=approver,
+        authorized=policy.approvers_for(original.tool),
+        now=now,
+    )
+    tool = registry.resolve(original.tool, original.tool_version)
+    tool.validate(arguments)
+    state = _run_state(tx, original.run_id)
+    flags = screen_arguments(arguments)
+    decision = decide(policy, state.principal, tool.manifest, arguments, flags)
+    if decision.verdict is Verdict.DENY:
+        raise PolicyDenied(tool.name, decision.reasons, decision.policy_version)
+    approval_id = new_id("apr")
+    binding = CallBinding(
+        run_id=original.run_id,
+        call_id=f"{original.call_id}~edit-{approval_id[-8:]}",
+        tool=tool.name,
+        tool_version=tool.manifest.version,
+        tool_schema_digest=tool.manifest.schema_digest,
+        arguments=arguments,
+        tenant=state.principal.tenant,
+        actor=original.actor,
+    )
+    request = Approval.request(
+        approval_id,
+        binding,
+        policy_version=policy.version,
+        now=now,
+        ttl_s=policy.approval_ttl_s,
+        approvers=policy.approvers_for(tool.name),
+    )
+    edited = replace(
+        request,
+        status=ApprovalStatus.APPROVED,
+        approver=approver,
+        decision="edit",
+        reason=reason,
+        decided_at=now,
+        replaces=original.approval_id,
+    )
+    tx.insert_approval(edited)
+    replaced = replace(
+        original,
+        status=ApprovalStatus.EDITED,
+        approver=approver,
+        decision="edit",
+        reason=reason,
+        decided_at=now,
+        replaced_by=approval_id,
+    )
+    tx.update_approval(replaced, ApprovalStatus.PENDING)
+    queue_if_decided(tx, original.run_id, now)
+    secrets = secret_values(arguments, tool.manifest.sensitive_fields)
+    tx.append_audit(
+        "approval_edited",
+        at=now,
+        run_id=original.run_id,
+        actor=approver,
+        data=scrub(
+            {
+                "approval_id": original.approval_id,
+                "replaced_by": approval_id,
+                "call_id": original.call_id,
+                "edited_call_id": binding.call_id,
+                "tool": tool.name,
+                "argument_digest": original.argument_digest,
+                "edited_argument_digest": binding.argument_digest,
+                "decision": decision.to_dict(),
+                "reason": reason,
+            },
+            secrets,
+        ),
+    )
+    return edited

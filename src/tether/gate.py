@@ -12,21 +12,19 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tether.approvals import Approval, ApprovalStatus, CallBinding, check_decider, verify_grant
+from tether.approvals import Approval, ApprovalStatus, CallBinding, verify_grant
 from tether.budget import Budget
 from tether.crash import crash_point
 from tether.decisions import (
     approval_audit,
     decide_approval,
+    edit_approval,
     expire,
     latest_approval,
-    load_for_decision,
-    queue_if_decided,
 )
 from tether.digest import canonical_json, sha256_hex
 from tether.errors import (
@@ -45,6 +43,7 @@ from tether.errors import (
 from tether.ledger import Effect, EffectStatus, operation_key
 from tether.policy import Decision, Policy, Principal, Verdict, decide
 from tether.screening import redact, screen_arguments, screen_result, scrub, secret_values
+from tether.state import RunState, new_id
 from tether.store.base import RunRecord, Store, Tx
 from tether.tools import Registry, Tool
 
@@ -80,33 +79,6 @@ class Outcome:
     policy_decision: str
     external_reference: str | None = None
     flags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunState:
-    """The part of a run's checkpoint the gate reads and writes."""
-
-    principal: Principal
-    budget: Budget
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, record: RunRecord) -> RunState:
-        data = json.loads(record.checkpoint_json)
-        return cls(
-            principal=Principal.from_dict(data["principal"]),
-            budget=Budget.from_dict(data["budget"]),
-            extra={k: v for k, v in data.items() if k not in ("principal", "budget")},
-        )
-
-    def dump(self) -> str:
-        return canonical_json(
-            {**self.extra, "principal": self.principal.to_dict(), "budget": self.budget.to_dict()}
-        )
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
 class Gate:
@@ -547,100 +519,16 @@ class Gate:
         digest, judged by the policy again, approved by the editor. Returns the new approval."""
         if self.policy is None:
             raise ApprovalStateError("no policy is loaded, so no one is authorised to edit")
-        now = self.clock()
-        with self.store.transaction() as tx:
-            found = load_for_decision(tx, approval_id, now, self.policy)
-            if isinstance(found, ApprovalStateError):
-                error = found
-            else:
-                return self._edit(tx, found, approver, dict(arguments), reason, now)
-        raise error
-
-    def _edit(
-        self,
-        tx: Tx,
-        original: Approval,
-        approver: str,
-        arguments: dict[str, Any],
-        reason: str | None,
-        now: float,
-    ) -> Approval:
-        assert self.policy is not None
-        check_decider(
-            original,
-            approver=approver,
-            authorized=self.policy.approvers_for(original.tool),
-            now=now,
-        )
-        tool = self.registry.resolve(original.tool, original.tool_version)
-        tool.validate(arguments)
-        state = RunState.load(_load_run(tx, original.run_id))
-        flags = screen_arguments(arguments)
-        decision = decide(self.policy, state.principal, tool.manifest, arguments, flags)
-        if decision.verdict is Verdict.DENY:
-            raise PolicyDenied(tool.name, decision.reasons, decision.policy_version)
-        approval_id = new_id("apr")
-        binding = CallBinding(
-            run_id=original.run_id,
-            call_id=f"{original.call_id}~edit-{approval_id[-8:]}",
-            tool=tool.name,
-            tool_version=tool.manifest.version,
-            tool_schema_digest=tool.manifest.schema_digest,
-            arguments=arguments,
-            tenant=state.principal.tenant,
-            actor=original.actor,
-        )
-        request = Approval.request(
+        return edit_approval(
+            self.store,
+            self.registry,
+            self.policy,
             approval_id,
-            binding,
-            policy_version=self.policy.version,
-            now=now,
-            ttl_s=self.policy.approval_ttl_s,
-            approvers=self.policy.approvers_for(tool.name),
-        )
-        edited = replace(
-            request,
-            status=ApprovalStatus.APPROVED,
-            approver=approver,
-            decision="edit",
+            approver,
+            dict(arguments),
+            now=self.clock(),
             reason=reason,
-            decided_at=now,
-            replaces=original.approval_id,
         )
-        tx.insert_approval(edited)
-        replaced = replace(
-            original,
-            status=ApprovalStatus.EDITED,
-            approver=approver,
-            decision="edit",
-            reason=reason,
-            decided_at=now,
-            replaced_by=approval_id,
-        )
-        tx.update_approval(replaced, ApprovalStatus.PENDING)
-        queue_if_decided(tx, original.run_id, now)
-        secrets = secret_values(arguments, tool.manifest.sensitive_fields)
-        tx.append_audit(
-            "approval_edited",
-            at=now,
-            run_id=original.run_id,
-            actor=approver,
-            data=scrub(
-                {
-                    "approval_id": original.approval_id,
-                    "replaced_by": approval_id,
-                    "call_id": original.call_id,
-                    "edited_call_id": binding.call_id,
-                    "tool": tool.name,
-                    "argument_digest": original.argument_digest,
-                    "edited_argument_digest": binding.argument_digest,
-                    "decision": decision.to_dict(),
-                    "reason": reason,
-                },
-                secrets,
-            ),
-        )
-        return edited
 
     def approval_for(self, run_id: str, call_id: str) -> Approval | None:
         """The latest approval requested for a call (expired first if its time is up)."""

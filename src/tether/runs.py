@@ -46,10 +46,11 @@ from tether.errors import (
     StaleState,
     ToolFailed,
 )
-from tether.gate import Gate, RunState, ToolCall
+from tether.gate import Gate, ToolCall
 from tether.models import Message, Model, ModelToolCall
 from tether.policy import Principal
 from tether.reconcile import Reconciled, Settlement, reconcile_run
+from tether.state import RunState
 from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 # Given the pending approval, the approver's answer: True approves, False denies.

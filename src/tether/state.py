@@ -1,0 +1,45 @@
+"""The part of a run's checkpoint that the gate and the runner share: who the run acts for,
+its budget, and the runner's own small counters (``extra``). Stored as canonical JSON in
+``agent_runs.checkpoint_json``, rewritten (compare-and-swap) at every step, and bounded: it
+never holds the conversation, which lives one row per message.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.budget import Budget
+from tether.digest import canonical_json
+from tether.policy import Principal
+from tether.store.base import RunRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    """A run's principal, budget and counters, as its checkpoint holds them."""
+
+    principal: Principal
+    budget: Budget
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, record: RunRecord) -> RunState:
+        data = json.loads(record.checkpoint_json)
+        return cls(
+            principal=Principal.from_dict(data["principal"]),
+            budget=Budget.from_dict(data["budget"]),
+            extra={k: v for k, v in data.items() if k not in ("principal", "budget")},
+        )
+
+    def dump(self) -> str:
+        return canonical_json(
+            {**self.extra, "principal": self.principal.to_dict(), "budget": self.budget.to_dict()}
+        )
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
