@@ -216,6 +216,10 @@ def tamper_approval(store: Store, approval_id: str, **changes: Any) -> None:
         tables = store._tables
         record = {**tables.approvals[approval_id].to_dict(), **changes}
         tables.approvals[approval_id] = Approval.from_dict(record)
+        index: dict[tuple[str, str], tuple[str, ...]] = {}
+        for a in tables.approvals.values():  # the store's index follows its rows, as in SQL
+            index[(a.run_id, a.call_id)] = (*index.get((a.run_id, a.call_id), ()), a.approval_id)
+        tables.by_call = index
     else:
         import psycopg
 

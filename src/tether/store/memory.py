@@ -1,7 +1,8 @@
 """The in-memory reference store: the contract at its simplest, for tests and examples.
 
-A transaction holds a lock and keeps copies of the tables as they were when it began; rolling
-back puts them back. Records are frozen, so shallow copies are enough.
+A transaction holds a lock and writes through an undo log: each write remembers what it
+replaced, and rolling back replays the log backwards. (Copying the tables at every
+transaction would make each call cost more than the last.)
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import MAIN, AuditEntry, AuditHead
@@ -26,18 +28,34 @@ class _Tables:
         self.head: AuditHead | None = None
         self.messages: dict[tuple[str, int], str] = {}
         self.steps: dict[tuple[str, int], StepRecord] = {}
+        # (run id, call id) -> ids of its approvals, oldest first: an index, as a database has
+        self.by_call: dict[tuple[str, str], tuple[str, ...]] = {}
 
-    def copy(self) -> _Tables:
-        t = _Tables()
-        t.runs, t.effects, t.approvals = dict(self.runs), dict(self.effects), dict(self.approvals)
-        t.audit, t.head = list(self.audit), self.head
-        t.messages, t.steps = dict(self.messages), dict(self.steps)
-        return t
+    def put(self, table: dict[Any, Any], key: Any, value: Any, undo: list[Any]) -> None:
+        undo.append((table, key, table.get(key, _ABSENT)))
+        table[key] = value
+
+
+_ABSENT = object()
 
 
 class MemoryTx(Tx):
     def __init__(self, tables: _Tables) -> None:
         self.t = tables
+        self.undo: list[Any] = []
+
+    def rollback(self) -> None:
+        for entry in reversed(self.undo):
+            if entry == "audit":
+                self.t.audit.pop()
+            elif isinstance(entry, tuple) and entry[0] == "head":
+                self.t.head = entry[1]
+            else:
+                table, key, previous = entry
+                if previous is _ABSENT:
+                    del table[key]
+                else:
+                    table[key] = previous
 
     def get_run(self, run_id: str) -> RunRecord | None:
         return self.t.runs.get(run_id)
@@ -54,13 +72,13 @@ class MemoryTx(Tx):
     def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
         if (run_id, seq) in self.t.messages:
             return False
-        self.t.messages[(run_id, seq)] = body
+        self.t.put(self.t.messages, (run_id, seq), body, self.undo)
         return True
 
     def _insert_step(self, run_id: str, step: StepRecord) -> bool:
         if (run_id, step.seq) in self.t.steps:
             return False
-        self.t.steps[(run_id, step.seq)] = step
+        self.t.put(self.t.steps, (run_id, step.seq), step, self.undo)
         return True
 
     def get_approval(self, approval_id: str) -> Approval | None:
@@ -71,27 +89,28 @@ class MemoryTx(Tx):
         return sorted(found, key=lambda a: a.created_at)
 
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
-        found = [a for a in self.t.approvals.values() if (a.run_id, a.call_id) == (run_id, call_id)]
+        ids = self.t.by_call.get((run_id, call_id), ())
+        found = [self.t.approvals[i] for i in ids]
         return max(found, key=lambda a: a.created_at) if found else None
 
     def _insert_run(self, run: RunRecord) -> bool:
         if run.run_id in self.t.runs:
             return False
-        self.t.runs[run.run_id] = run
+        self.t.put(self.t.runs, run.run_id, run, self.undo)
         return True
 
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
         current = self.t.runs.get(run.run_id)
         if current is None or current.state_version != expected_version:
             return False
-        self.t.runs[run.run_id] = run
+        self.t.put(self.t.runs, run.run_id, run, self.undo)
         return True
 
     def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
         current = self.t.runs.get(run_id)
         if current is None or current.lease_owner != owner:
             return False
-        self.t.runs[run_id] = replace(current, lease_expires_at=until)
+        self.t.put(self.t.runs, run_id, replace(current, lease_expires_at=until), self.undo)
         return True
 
     def _runs_with_status(self, status: str) -> list[RunRecord]:
@@ -100,27 +119,30 @@ class MemoryTx(Tx):
     def _insert_effect(self, effect: Effect) -> bool:
         if effect.operation_key in self.t.effects:
             return False
-        self.t.effects[effect.operation_key] = effect
+        self.t.put(self.t.effects, effect.operation_key, effect, self.undo)
         return True
 
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
         current = self.t.effects.get(effect.operation_key)
         if current is None or current.status is not expected:
             return False
-        self.t.effects[effect.operation_key] = effect
+        self.t.put(self.t.effects, effect.operation_key, effect, self.undo)
         return True
 
     def _insert_approval(self, approval: Approval) -> bool:
         if approval.approval_id in self.t.approvals:
             return False
-        self.t.approvals[approval.approval_id] = approval
+        self.t.put(self.t.approvals, approval.approval_id, approval, self.undo)
+        key = (approval.run_id, approval.call_id)
+        ids = (*self.t.by_call.get(key, ()), approval.approval_id)
+        self.t.put(self.t.by_call, key, ids, self.undo)
         return True
 
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
         current = self.t.approvals.get(approval.approval_id)
         if current is None or current.status is not expected:
             return False
-        self.t.approvals[approval.approval_id] = approval
+        self.t.put(self.t.approvals, approval.approval_id, approval, self.undo)
         return True
 
     def _audit_head(self, chain: str) -> AuditHead | None:
@@ -128,8 +150,10 @@ class MemoryTx(Tx):
 
     def _insert_audit(self, entry: AuditEntry) -> None:
         self.t.audit.append(entry)
+        self.undo.append("audit")
 
     def _set_audit_head(self, chain: str, head: AuditHead) -> None:
+        self.undo.append(("head", self.t.head))
         self.t.head = head
 
 
@@ -144,11 +168,11 @@ class MemoryStore(Store):
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
         with self._lock:
-            before = self._tables.copy()
+            tx = MemoryTx(self._tables)
             try:
-                yield MemoryTx(self._tables)
+                yield tx
             except BaseException:
-                self._tables = before
+                tx.rollback()
                 raise
 
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
