@@ -32,7 +32,7 @@ from typing import Any
 
 from tether.app import App
 from tether.crash import ENV as CRASH_ENV
-from tether.crash import POINTS
+from tether.crash import POINTS, arm_from_environment
 from tether.decisions import decide_approval
 from tether.demo import TicketWorld
 from tether.gate import Result
@@ -199,6 +199,7 @@ def _in_child(target: Callable[[], None], env: Mapping[str, str]) -> int:
 
     def main() -> None:
         os.environ.update(env)
+        arm_from_environment()  # this child was forked after tether was imported
         try:
             target()
         except Exception:

@@ -113,7 +113,8 @@ def test_four_workers_race_over_two_hundred_runs_with_approvals_midway(
     with PostgresStore(pg_url) as store:
         run_ids = enqueue(store, world, 200)
     env = env_for(pg_url, world)
-    workers = [start_worker(env, "--concurrency", "2", "--exit-when-idle", "3") for _ in range(4)]
+    # No idle exit: a worker must not leave while runs wait for the reviewer; SIGTERM ends them.
+    workers = [start_worker(env, "--concurrency", "2") for _ in range(4)]
     stop = threading.Event()
     reviewer = threading.Thread(target=approve_until_done, args=(pg_url, run_ids, stop))
     reviewer.start()
@@ -122,6 +123,8 @@ def test_four_workers_race_over_two_hundred_runs_with_approvals_midway(
     finally:
         stop.set()
         reviewer.join()
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
         outputs = [w.communicate(timeout=60) for w in workers]
     assert all(w.returncode == 0 for w in workers), [o[1][-500:] for o in outputs]
     stats = [json.loads(out.splitlines()[-1]) for out, _ in outputs]
@@ -146,15 +149,14 @@ def test_a_worker_killed_mid_run_is_recovered_by_the_others(pg_url: str, tmp_pat
     victim.communicate(timeout=30)
     assert victim.returncode == -signal.SIGKILL
     assert held, "the worker held no run when it was killed"
-    survivors = [
-        start_worker(env, "--concurrency", "2", "--lease", "2", "--exit-when-idle", "5")
-        for _ in range(3)
-    ]
+    survivors = [start_worker(env, "--concurrency", "2", "--lease", "2") for _ in range(3)]
     try:
         statuses = wait_all_completed(pg_url, run_ids, timeout_s=240)
     finally:
         stop.set()
         reviewer.join()
+        for w in survivors:
+            w.send_signal(signal.SIGTERM)
         for w in survivors:
             w.communicate(timeout=60)
     assert all(statuses[r] == "completed" for r in run_ids), {

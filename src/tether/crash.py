@@ -2,9 +2,9 @@
 
 ``TETHER_CRASH_AT=<name>`` (or ``<name>:<n>`` for the n-th time the point is passed) makes the
 process kill itself there with SIGKILL, exactly as ``kill -9`` would: no cleanup, no flush, no
-``finally``. Production code passes the points for free (one dictionary lookup when the
-variable is unset). The chaos suite arms each point in turn and proves that recovery brings
-every run back with each side effect happening exactly once.
+``finally``. Production code passes the points for free (the variable is read once, at
+import; a comparison per point). The chaos suite arms each point in turn and proves that
+recovery brings every run back with each side effect happening exactly once.
 """
 
 from __future__ import annotations
@@ -29,19 +29,27 @@ POINTS: dict[str, str] = {
 }
 
 _counts: dict[str, int] = {}
+_armed: tuple[str, int] | None = None
 
 
-def _armed() -> tuple[str, int] | None:
+def arm_from_environment() -> None:
+    """Read ``TETHER_CRASH_AT`` (done at import; call again after changing it in-process)."""
+    global _armed
     spec = os.environ.get(ENV)
     if not spec:
-        return None
+        _armed = None
+        return
     name, _, nth = spec.partition(":")
-    return name, int(nth) if nth else 1
+    _armed = (name, int(nth) if nth.isdigit() else 1)
+    _counts.clear()
+
+
+arm_from_environment()
 
 
 def crash_point(name: str) -> None:
     """Die here, at once, if ``TETHER_CRASH_AT`` names this point (and occurrence)."""
-    armed = _armed()
+    armed = _armed
     if armed is None or armed[0] != name:
         return
     _counts[name] = _counts.get(name, 0) + 1

@@ -180,7 +180,7 @@ class Gate:
             return e
         verdict, budget = self._judge(tx, run_id, state, stepped, call, now)
         # The step counts whatever the verdict; one write of the run per transaction.
-        tx.update_run(_with_state(record, state, budget, now))
+        tx.update_run(record, **_state_changes(state, budget, now))
         return verdict
 
     def _judge(
@@ -460,7 +460,7 @@ class Gate:
                     if refund
                     else state.budget.add_bytes(len(screened.text.encode()))
                 )
-                tx.update_run(_with_state(record, state, budget, now))
+                tx.update_run(record, **_state_changes(state, budget, now))
             tx.append_audit(
                 "tool_effect_resolved",
                 at=now,
@@ -556,14 +556,9 @@ def _load_run(tx: Tx, run_id: str) -> RunRecord:
     return record
 
 
-def _with_state(record: RunRecord, state: RunState, budget: Budget, now: float) -> RunRecord:
-    return replace(
-        record,
-        checkpoint_json=RunState(
-            principal=state.principal, budget=budget, extra=state.extra
-        ).dump(),
-        updated_at=now,
-    )
+def _state_changes(state: RunState, budget: Budget, now: float) -> dict[str, Any]:
+    checkpoint = RunState(principal=state.principal, budget=budget, extra=state.extra).dump()
+    return {"checkpoint_json": checkpoint, "updated_at": now}
 
 
 def _replace_approval(approval: Approval, **changes: Any) -> Approval:

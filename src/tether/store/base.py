@@ -107,9 +107,10 @@ class Tx(abc.ABC):
         if not self._insert_run(run):
             raise StoreError(f"run {run.run_id} already exists; choose another run id")
 
-    def update_run(self, run: RunRecord) -> RunRecord:
-        """Write ``run`` if the stored version is still ``run.state_version``; bump it (I6)."""
-        new = replace(run, state_version=run.state_version + 1)
+    def update_run(self, run: RunRecord, **changes: Any) -> RunRecord:
+        """Write ``run`` (with ``changes``) if the stored version is still
+        ``run.state_version``; bump it (I6)."""
+        new = replace(run, state_version=run.state_version + 1, **changes)
         if not self._cas_run(new, run.state_version):
             current = self.get_run(run.run_id)
             raise StaleState(
