@@ -135,9 +135,12 @@ def test_randomised_trials(capsys: pytest.CaptureFixture[str]) -> None:
     trials = int(os.environ.get("TETHER_CHAOS_TRIALS", "200"))
     seed = int(os.environ.get("TETHER_CHAOS_SEED", str(random.randrange(2**31))))
     started = time.monotonic()
+    with capsys.disabled():  # the seed goes to the log even when the test passes
+        print(f"\nchaos: {trials} randomised trials, seed {seed} (TETHER_CHAOS_SEED replays it)")
     outcomes = run_trials(trials, seed, report=print)
     result = summary(outcomes, time.monotonic() - started)
-    print(json.dumps({"seed": seed, **result}))
+    with capsys.disabled():
+        print(json.dumps({"seed": seed, **result}))
     failures = [o for o in outcomes if not o.ok]
     assert not failures, f"seed {seed}: {len(failures)} failed trials, first: {failures[0]}"
     assert result["crashed"] > trials // 5, "too few trials actually crashed to mean anything"
