@@ -898,3 +898,28 @@ def test_run_result_to_dict(env: Env) -> None:
     assert data["approvals"] == result.approvals
     assert [s["kind"] for s in data["steps"]] == ["approval_required"]
     assert json.loads(json.dumps(data)) == data
+
+
+def test_an_approval_decided_while_the_turn_is_still_answered_queues_the_run(env: Env) -> None:
+    # The reviewer approves c-1 while the worker is still running its sibling c-2; when the
+    # worker then suspends, nothing is pending any more, so the run must be queued, not left
+    # waiting for a decision that was already made.
+    decided: list[str] = []
+
+    def approve_pending() -> None:
+        for a in env.store.list_approvals():
+            if a.status is ApprovalStatus.PENDING and not decided:
+                env.other_process().approve(a.approval_id, REVIEWER)
+                decided.append(a.approval_id)
+
+    env.world.hooks["lookup"] = approve_pending
+    turns: list[Any] = [
+        [call("c-1", "close", ticket_id="T-1"), call("c-2", "lookup", ticket_id="T-2")],
+        "done",
+    ]
+    result = env.runner(turns).start("close T-1", USER)
+    assert decided, "the approval was not decided mid-turn"
+    assert result.status == "queued"
+    final = env.runner(turns, gate=env.other_process()).resume(result.run_id)
+    assert final.status == "completed"
+    assert env.world.arguments("close") == [{"ticket_id": "T-1"}]

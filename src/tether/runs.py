@@ -467,6 +467,12 @@ class Runner:
         now = self.clock()
         with self.store.transaction() as tx:
             record = self._held(tx, run_id)
+            if status is RunStatus.AWAITING_APPROVAL and not any(
+                a.status is ApprovalStatus.PENDING for a in tx.approvals_for_run(run_id)
+            ):
+                # Decided while this worker was still answering the turn's other calls: nobody
+                # will queue it later, so queue it now rather than wait for nothing.
+                status = RunStatus.QUEUED
             tx.update_run(
                 replace(
                     record,
