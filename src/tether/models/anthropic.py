@@ -8,7 +8,6 @@ failure, and any answer that is not a message, is raised as ``ModelError``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -21,39 +20,12 @@ except ImportError as e:
 
 from tether.errors import ModelError
 from tether.models import Message, ModelToolCall
+from tether.models.errors import api_message, hint, short
 
 _HINTS = {
-    400: "check the messages, tools and parameters sent",
-    401: "check the API key",
-    403: "check that the API key may use this model",
-    404: "check the model name and the base URL",
-    408: "the request timed out; try again",
     413: "the request is too large; shorten the conversation",
-    429: "rate limit reached; wait and try again, or check the account's limits",
     529: "the API is overloaded; try again later",
 }
-
-
-def _hint(status: int) -> str:
-    if status in _HINTS:
-        return _HINTS[status]
-    if status >= 500:
-        return "the provider failed; try again later"
-    return "check the request and the provider's status"
-
-
-def _short(text: object, limit: int = 200) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _api_message(e: anthropic.APIStatusError) -> str:
-    """The provider's own error text, without the SDK's "Error code: 401 - " prefix."""
-    body = e.body
-    error = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return _short(error["message"])
-    return _short(re.sub(r"^Error code: \d+ - ", "", e.message))
 
 
 def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -138,7 +110,7 @@ class AnthropicModel:
                 client = anthropic.Anthropic()
             except anthropic.AnthropicError as e:
                 raise ModelError(
-                    f"cannot create an Anthropic client ({_short(e)}); "
+                    f"cannot create an Anthropic client ({short(e)}); "
                     "set ANTHROPIC_API_KEY or pass client=anthropic.Anthropic(...)"
                 ) from e
         self.client = client
@@ -165,22 +137,22 @@ class AnthropicModel:
         except anthropic.APIStatusError as e:
             raise ModelError(
                 f"Anthropic answered HTTP {e.status_code} for model '{self.model}' "
-                f"({_api_message(e)}); {_hint(e.status_code)}"
+                f"({api_message(e.body, e.message)}); {hint(e.status_code, _HINTS)}"
             ) from e
         except anthropic.APIConnectionError as e:
             raise ModelError(
-                f"could not reach Anthropic at {self.client.base_url} ({_short(e.message)}); "
+                f"could not reach Anthropic at {self.client.base_url} ({short(e.message)}); "
                 "check the base URL and the network"
             ) from e
         except anthropic.AnthropicError as e:
             raise ModelError(
-                f"Anthropic's answer for model '{self.model}' could not be read ({_short(e)}); "
+                f"Anthropic's answer for model '{self.model}' could not be read ({short(e)}); "
                 "check that the base URL points at the Messages API"
             ) from e
         except ValueError as e:  # a JSON content type with a body that is not JSON
             raise ModelError(
                 f"Anthropic answered model '{self.model}' with a body that is not JSON "
-                f"({_short(e)}); check that the base URL points at the Messages API"
+                f"({short(e)}); check that the base URL points at the Messages API"
             ) from e
         return self._to_message(response)
 
@@ -200,7 +172,7 @@ class AnthropicModel:
         except (AttributeError, TypeError, KeyError) as e:
             raise ModelError(
                 f"Anthropic answered model '{self.model}' with something that is not a message "
-                f"({_short(e) or type(e).__name__}: {_short(response, 120)}); "
+                f"({short(e) or type(e).__name__}: {short(response, 120)}); "
                 "check that the base URL points at the Messages API"
             ) from e
         return Message(role="assistant", content="".join(texts), tool_calls=tuple(calls))

@@ -9,7 +9,6 @@ SDK failure, and any answer that is not a chat completion, is raised as ``ModelE
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -22,39 +21,9 @@ except ImportError as e:
 
 from tether.errors import ModelError
 from tether.models import Message, ModelToolCall
+from tether.models.errors import api_message, hint, short
 
-_HINTS = {
-    400: "check the messages, tools and parameters sent",
-    401: "check the API key",
-    403: "check that the API key may use this model",
-    404: "check the model name and the base URL",
-    408: "the request timed out; try again",
-    409: "try again",
-    422: "check the messages, tools and parameters sent",
-    429: "rate limit or quota reached; wait and try again, or check the account's limits",
-}
-
-
-def _hint(status: int) -> str:
-    if status in _HINTS:
-        return _HINTS[status]
-    if status >= 500:
-        return "the provider failed; try again later"
-    return "check the request and the provider's status"
-
-
-def _short(text: object, limit: int = 200) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _api_message(e: openai.APIStatusError) -> str:
-    """The provider's own error text, without the SDK's "Error code: 401 - " prefix."""
-    body = e.body
-    error = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return _short(error["message"])
-    return _short(re.sub(r"^Error code: \d+ - ", "", e.message))
+_HINTS = {409: "try again", 422: "check the messages, tools and parameters sent"}
 
 
 def _parse_arguments(name: str, raw: object) -> tuple[dict[str, Any], str | None]:
@@ -116,7 +85,7 @@ class OpenAIChatModel:
                 client = openai.OpenAI()
             except openai.OpenAIError as e:
                 raise ModelError(
-                    f"cannot create an OpenAI client ({_short(e)}); "
+                    f"cannot create an OpenAI client ({short(e)}); "
                     "set OPENAI_API_KEY or pass client=openai.OpenAI(...)"
                 ) from e
         self.client = client
@@ -139,22 +108,22 @@ class OpenAIChatModel:
         except openai.APIStatusError as e:
             raise ModelError(
                 f"OpenAI answered HTTP {e.status_code} for model '{self.model}' "
-                f"({_api_message(e)}); {_hint(e.status_code)}"
+                f"({api_message(e.body, e.message)}); {hint(e.status_code, _HINTS)}"
             ) from e
         except openai.APIConnectionError as e:
             raise ModelError(
-                f"could not reach OpenAI at {self.client.base_url} ({_short(e.message)}); "
+                f"could not reach OpenAI at {self.client.base_url} ({short(e.message)}); "
                 "check the base URL and the network"
             ) from e
         except openai.OpenAIError as e:
             raise ModelError(
-                f"OpenAI's answer for model '{self.model}' could not be read ({_short(e)}); "
+                f"OpenAI's answer for model '{self.model}' could not be read ({short(e)}); "
                 "check that the base URL points at a Chat Completions API"
             ) from e
         except ValueError as e:  # a JSON content type with a body that is not JSON
             raise ModelError(
                 f"OpenAI answered model '{self.model}' with a body that is not JSON "
-                f"({_short(e)}); check that the base URL points at a Chat Completions API"
+                f"({short(e)}); check that the base URL points at a Chat Completions API"
             ) from e
         return self._to_message(completion)
 
@@ -171,7 +140,7 @@ class OpenAIChatModel:
         except (AttributeError, TypeError, KeyError, IndexError) as e:
             raise ModelError(
                 f"OpenAI answered model '{self.model}' with something that is not a chat "
-                f"completion ({_short(e) or type(e).__name__}: {_short(completion, 120)}); "
+                f"completion ({short(e) or type(e).__name__}: {short(completion, 120)}); "
                 "check that the base URL points at a Chat Completions API"
             ) from e
         return Message(role="assistant", content=content, tool_calls=calls)
