@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tether.approvals import ApprovalStatus
 from tether.ledger import Effect, EffectStatus
 from tether.store.base import RunRecord
 
@@ -85,3 +86,17 @@ def run_row(run: RunRecord) -> tuple[Any, ...]:
         run.lease_owner,
         run.lease_expires_at,
     )
+
+
+def approval_filter(
+    status: ApprovalStatus | None, run_id: str | None, mark: str
+) -> tuple[str, tuple[Any, ...]]:
+    """The WHERE clause (with ``mark`` as the placeholder) for listing approvals."""
+    clauses, params = [], []
+    if status is not None:
+        clauses.append(f"status = {mark}")
+        params.append(status.value)
+    if run_id is not None:
+        clauses.append(f"run_id = {mark}")
+        params.append(run_id)
+    return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)

@@ -27,6 +27,7 @@ from tether.store.base import RunRecord, StepRecord, Store, Tx
 from tether.store.rows import (
     EFFECT_COLUMNS,
     RUN_COLUMNS,
+    approval_filter,
     effect_from_row,
     effect_row,
     run_from_row,
@@ -446,16 +447,9 @@ class SQLiteStore(Store):
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None
     ) -> list[Approval]:
-        clauses, params = [], []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(status.value)
-        if run_id is not None:
-            clauses.append("run_id = ?")
-            params.append(run_id)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        where, params = approval_filter(status, run_id, "?")
         rows = self._query(
-            f"SELECT record_json FROM approvals {where} ORDER BY created_at, rowid", tuple(params)
+            f"SELECT record_json FROM approvals {where} ORDER BY created_at, rowid", params
         )
         return [Approval.from_dict(json.loads(r[0])) for r in rows]
 
