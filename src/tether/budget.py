@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tether.digest import evolve
 from tether.errors import BudgetExceeded, ConfigurationError
 
 
@@ -41,7 +42,7 @@ class Budget:
 
     def step(self, action: str) -> Budget:
         self.check_step(action)
-        return replace(self, steps=self.steps + 1)
+        return evolve(self, steps=self.steps + 1)
 
     def check_spend(self, action: str, cost: int) -> None:
         remaining = self.remaining
@@ -50,7 +51,7 @@ class Budget:
 
     def spend(self, action: str, cost: int) -> Budget:
         self.check_spend(action, cost)
-        return replace(self, spent=self.spent + cost)
+        return evolve(self, spent=self.spent + cost)
 
     def refund(self, cost: int) -> Budget:
         return replace(self, spent=max(0, self.spent - cost))

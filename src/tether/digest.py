@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # One encoder for the process: json.dumps with options builds a new encoder on every call.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -25,3 +27,16 @@ def sha256_hex(text: str) -> str:
 def digest(value: Any) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``value``."""
     return "sha256:" + sha256_hex(canonical_json(value))
+
+
+def evolve(record: T, **changes: Any) -> T:
+    """A copy of a frozen dataclass with ``changes``, without re-running ``__init__``.
+
+    ``dataclasses.replace`` re-validates every field; on the gate's hot path that costs
+    more than the rest of some steps. Use this only where the changed fields cannot break
+    an invariant the class's ``__post_init__`` checks (counters going up, a status moving
+    along a machine the caller has already checked)."""
+    new = object.__new__(type(record))
+    new.__dict__.update(record.__dict__)
+    new.__dict__.update(changes)
+    return new

@@ -13,7 +13,7 @@ import concurrent.futures
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus, CallBinding, verify_grant
@@ -26,7 +26,7 @@ from tether.decisions import (
     expire,
     latest_approval,
 )
-from tether.digest import canonical_json, sha256_hex
+from tether.digest import canonical_json, evolve, sha256_hex
 from tether.errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -562,7 +562,7 @@ def _state_changes(state: RunState, budget: Budget, now: float) -> dict[str, Any
 
 
 def _replace_approval(approval: Approval, **changes: Any) -> Approval:
-    return replace(approval, **changes)
+    return evolve(approval, **changes)
 
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None

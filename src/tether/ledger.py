@@ -14,10 +14,11 @@ moves an unknown effect on; a retry is allowed only once it is known to be absen
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from tether.digest import evolve
 from tether.errors import InvalidTransition
 
 
@@ -96,7 +97,7 @@ class Effect:
         """The effect in ``target`` state; raises on a transition the machine forbids."""
         if target not in TRANSITIONS[self.status]:
             raise InvalidTransition(self.operation_key, self.status.value, target.value)
-        return replace(self, status=target, updated_at=now, **changes)
+        return evolve(self, status=target, updated_at=now, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {

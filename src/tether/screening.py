@@ -49,6 +49,8 @@ def looks_like_injection(text: str) -> bool:
 
 
 def has_invisible(text: str) -> bool:
+    if text.isascii():  # no ASCII character is a Unicode format character
+        return False
     return any(unicodedata.category(ch) in _INVISIBLE for ch in text)
 
 

@@ -157,9 +157,12 @@ class Tool:
         return self.manifest.name
 
     def validate(self, arguments: Mapping[str, Any]) -> None:
+        instance = dict(arguments)
+        if self.validator.is_valid(instance):  # the common case, without collecting errors
+            return
         problems = [
             f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
-            for e in sorted(self.validator.iter_errors(dict(arguments)), key=lambda e: e.path)
+            for e in sorted(self.validator.iter_errors(instance), key=lambda e: e.path)
         ]
         if problems:
             raise InvalidArguments(self.name, problems)
