@@ -29,11 +29,11 @@ from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, StepRecord, Store, Tx
-from tether.store.rows import (
+from tether.store.base import RunRecord, StepRecord, Tx
+from tether.store.sql import (
     EFFECT_COLUMNS,
     RUN_COLUMNS,
-    approval_filter,
+    SQLStore,
     effect_from_row,
     effect_row,
     run_from_row,
@@ -356,8 +356,12 @@ def split_url(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore):
     """The store in PostgreSQL; see the module docstring for how workers share it."""
+
+    MARK = "%s"
+    EFFECT_ORDER = "operation_key"
+    APPROVAL_ORDER = "seq"
 
     def __init__(self, url: str, *, max_connections: int = 8, connect_timeout_s: float = 10):
         self.url = url
@@ -433,31 +437,6 @@ class PostgresStore(Store):
                 return rows
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
             raise StoreError(f"PostgreSQL query failed: {e}") from e
-
-    def list_runs(self, status: str | None = None) -> list[RunRecord]:
-        where, params = ("WHERE status = %s", (status,)) if status else ("", ())
-        rows = self._query(
-            f"SELECT {RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
-        )
-        return [run_from_row(r) for r in rows]
-
-    def list_effects(self, run_id: str | None = None) -> list[Effect]:
-        where, params = ("WHERE run_id = %s", (run_id,)) if run_id else ("", ())
-        rows = self._query(
-            f"SELECT {EFFECT_COLUMNS} FROM agent_effects {where} "
-            "ORDER BY created_at, operation_key",
-            params,
-        )
-        return [effect_from_row(r) for r in rows]
-
-    def list_approvals(
-        self, status: ApprovalStatus | None = None, run_id: str | None = None
-    ) -> list[Approval]:
-        where, params = approval_filter(status, run_id, "%s")
-        rows = self._query(
-            f"SELECT record_json FROM approvals {where} ORDER BY created_at, seq", params
-        )
-        return [Approval.from_dict(json.loads(r[0])) for r in rows]
 
     def audit_entries(self) -> Iterator[AuditEntry]:
         rows = self._query(

@@ -23,11 +23,11 @@ from tether.audit import MAIN, AuditEntry, AuditHead
 from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, StepRecord, Store, Tx
-from tether.store.rows import (
+from tether.store.base import RunRecord, StepRecord, Tx
+from tether.store.sql import (
     EFFECT_COLUMNS,
     RUN_COLUMNS,
-    approval_filter,
+    SQLStore,
     effect_from_row,
     effect_row,
     run_from_row,
@@ -331,7 +331,7 @@ def path_from_url(url: str) -> str:
     return path
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLStore):
     """The store in one SQLite file (WAL); see the module docstring for durability."""
 
     def __init__(
@@ -428,30 +428,6 @@ class SQLiteStore(Store):
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
-
-    def list_runs(self, status: str | None = None) -> list[RunRecord]:
-        where, params = ("WHERE status = ?", (status,)) if status else ("", ())
-        rows = self._query(
-            f"SELECT {RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
-        )
-        return [run_from_row(r) for r in rows]
-
-    def list_effects(self, run_id: str | None = None) -> list[Effect]:
-        where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
-        rows = self._query(
-            f"SELECT {EFFECT_COLUMNS} FROM agent_effects {where} ORDER BY created_at, rowid",
-            params,
-        )
-        return [effect_from_row(r) for r in rows]
-
-    def list_approvals(
-        self, status: ApprovalStatus | None = None, run_id: str | None = None
-    ) -> list[Approval]:
-        where, params = approval_filter(status, run_id, "?")
-        rows = self._query(
-            f"SELECT record_json FROM approvals {where} ORDER BY created_at, rowid", params
-        )
-        return [Approval.from_dict(json.loads(r[0])) for r in rows]
 
     def audit_entries(self) -> Iterator[AuditEntry]:
         rows = self._query(

@@ -1,12 +1,15 @@
-"""How effects and runs map to SQL rows, shared by the SQL backends (SQLite, PostgreSQL)."""
+"""What the SQL backends (SQLite, PostgreSQL) share: how records map to rows, and the
+listing queries, which differ only in their placeholder and tie-break column."""
 
 from __future__ import annotations
 
+import abc
+import json
 from typing import Any
 
-from tether.approvals import ApprovalStatus
+from tether.approvals import Approval, ApprovalStatus
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord
+from tether.store.base import RunRecord, Store
 
 EFFECT_COLUMNS = (
     "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
@@ -100,3 +103,40 @@ def approval_filter(
         clauses.append(f"run_id = {mark}")
         params.append(run_id)
     return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
+
+
+class SQLStore(Store):
+    """Listing, written once for both SQL backends."""
+
+    MARK = "?"  # the driver's placeholder
+    EFFECT_ORDER = "rowid"  # what breaks a tie in created_at, in insertion order
+    APPROVAL_ORDER = "rowid"
+
+    @abc.abstractmethod
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+    def list_runs(self, status: str | None = None) -> list[RunRecord]:
+        where, params = (f"WHERE status = {self.MARK}", (status,)) if status else ("", ())
+        rows = self._query(
+            f"SELECT {RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
+        )
+        return [run_from_row(r) for r in rows]
+
+    def list_effects(self, run_id: str | None = None) -> list[Effect]:
+        where, params = (f"WHERE run_id = {self.MARK}", (run_id,)) if run_id else ("", ())
+        rows = self._query(
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects {where} "
+            f"ORDER BY created_at, {self.EFFECT_ORDER}",
+            params,
+        )
+        return [effect_from_row(r) for r in rows]
+
+    def list_approvals(
+        self, status: ApprovalStatus | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        where, params = approval_filter(status, run_id, self.MARK)
+        rows = self._query(
+            f"SELECT record_json FROM approvals {where} ORDER BY created_at, {self.APPROVAL_ORDER}",
+            params,
+        )
+        return [Approval.from_dict(json.loads(r[0])) for r in rows]
