@@ -908,3 +908,17 @@ def test_pin_catches_a_quiet_downgrade_of_the_manifest(change: dict[str, Any]) -
     registry.replace(replace(base, **change), lambda: "wiped")
     with pytest.raises(ManifestDriftError):
         registry.resolve("wipe")
+
+
+def test_a_call_reproposed_with_other_arguments_closes_its_old_request(env: Env) -> None:
+    run = env.run()
+    first = env.request(run, "c1", "transfer", account_id="acc-1", amount=10)
+    second = env.request(run, "c1", "transfer", account_id="acc-1", amount=9000)
+    assert first != second
+    statuses = {a.approval_id: a.status for a in env.store.list_approvals()}
+    # The old request can never authorise anything now: it must not linger as pending.
+    assert statuses[first] is ApprovalStatus.EXPIRED
+    assert statuses[second] is ApprovalStatus.PENDING
+    with pytest.raises(ApprovalStateError):
+        env.gate.approve(first, "alice")
+    assert env.store.verify_audit().intact

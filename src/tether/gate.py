@@ -334,11 +334,11 @@ class Gate:
             return ApprovalRequired(
                 found.approval_id, binding.tool, dict(binding.arguments), found.expires_at
             )
-        if (
-            found is None
-            or found.status is ApprovalStatus.EXPIRED
-            or (found.status is ApprovalStatus.PENDING)
-        ):
+        if found is not None and found.status is ApprovalStatus.PENDING:
+            # The same call id now carries other arguments: the old request can never be
+            # used, so close it rather than leave it pending for someone to decide.
+            found = expire(tx, found, now)
+        if found is None or found.status is ApprovalStatus.EXPIRED:
             request = Approval.request(
                 new_id("apr"),
                 binding,
