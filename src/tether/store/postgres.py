@@ -17,27 +17,20 @@ if missing); other parameters go to libpq unchanged.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from tether.approvals import Approval, ApprovalStatus
 from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
-from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
-from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, StepRecord, Tx
+from tether.store.base import RunRecord, Tx
 from tether.store.sql import (
-    EFFECT_COLUMNS,
     RUN_COLUMNS,
     SQLStore,
-    effect_from_row,
-    effect_row,
+    SQLTx,
     run_from_row,
-    run_row,
 )
 
 try:
@@ -129,23 +122,14 @@ MIGRATIONS: list[str] = [
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-class PostgresTx(Tx):
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.c = conn
+class PostgresTx(SQLTx):
+    """Row locks where they matter, and one audit chain per run."""
 
-    def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = self.c.execute(sql, params).fetchone()
-        return row
-
-    def _changed(self, sql: str, params: tuple[Any, ...]) -> bool:
-        return self.c.execute(sql, params).rowcount == 1
+    MARK = "%s"
+    APPROVAL_ORDER = "seq"
 
     def audit_chain(self, run_id: str | None) -> str:
         return run_id if run_id is not None else GLOBAL
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        row = self._one(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = %s", (run_id,))
-        return None if row is None else run_from_row(row)
 
     def lock_run(self, run_id: str) -> RunRecord | None:
         row = self._one(
@@ -162,146 +146,6 @@ class PostgresTx(Tx):
             (now, limit),
         ).fetchall()
         return [run_from_row(r) for r in rows]
-
-    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
-        return self._changed(
-            "UPDATE agent_runs SET lease_expires_at = %s WHERE run_id = %s AND lease_owner = %s",
-            (until, run_id, owner),
-        )
-
-    def _runs_with_status(self, status: str) -> list[RunRecord]:
-        rows = self.c.execute(
-            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = %s", (status,)
-        ).fetchall()
-        return [run_from_row(r) for r in rows]
-
-    def get_effect(self, operation_key: str) -> Effect | None:
-        row = self._one(
-            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = %s",
-            (operation_key,),
-        )
-        return None if row is None else effect_from_row(row)
-
-    def get_approval(self, approval_id: str) -> Approval | None:
-        row = self._one("SELECT record_json FROM approvals WHERE approval_id = %s", (approval_id,))
-        return None if row is None else Approval.from_dict(json.loads(row[0]))
-
-    def approvals_for_run(self, run_id: str) -> list[Approval]:
-        rows = self.c.execute(
-            "SELECT record_json FROM approvals WHERE run_id = %s ORDER BY created_at, seq",
-            (run_id,),
-        ).fetchall()
-        return [Approval.from_dict(json.loads(r[0])) for r in rows]
-
-    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
-        row = self._one(
-            "SELECT record_json FROM approvals WHERE run_id = %s AND call_id = %s "
-            "ORDER BY created_at DESC, seq DESC LIMIT 1",
-            (run_id, call_id),
-        )
-        return None if row is None else Approval.from_dict(json.loads(row[0]))
-
-    def messages(self, run_id: str) -> list[str]:
-        rows = self.c.execute(
-            "SELECT body FROM run_messages WHERE run_id = %s ORDER BY seq", (run_id,)
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    def steps(self, run_id: str) -> list[StepRecord]:
-        rows = self.c.execute(
-            "SELECT seq, turn, kind, detail, at FROM run_steps WHERE run_id = %s ORDER BY seq",
-            (run_id,),
-        ).fetchall()
-        return [StepRecord(seq=r[0], turn=r[1], kind=r[2], detail=r[3], at=r[4]) for r in rows]
-
-    def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
-        return self._changed(
-            "INSERT INTO run_messages VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            (run_id, seq, body),
-        )
-
-    def _insert_step(self, run_id: str, step: StepRecord) -> bool:
-        return self._changed(
-            "INSERT INTO run_steps VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (run_id, step.seq, step.turn, step.kind, step.detail, step.at),
-        )
-
-    def _insert_run(self, run: RunRecord) -> bool:
-        return self._changed(
-            f"INSERT INTO agent_runs ({RUN_COLUMNS}) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            run_row(run),
-        )
-
-    def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
-        return self._changed(
-            "UPDATE agent_runs SET state_version = %s, status = %s, policy_version = %s, "
-            "checkpoint_json = %s, updated_at = %s, lease_owner = %s, lease_expires_at = %s "
-            "WHERE run_id = %s AND state_version = %s",
-            (
-                run.state_version,
-                run.status,
-                run.policy_version,
-                run.checkpoint_json,
-                run.updated_at,
-                run.lease_owner,
-                run.lease_expires_at,
-                run.run_id,
-                expected_version,
-            ),
-        )
-
-    def _insert_effect(self, effect: Effect) -> bool:
-        return self._changed(
-            f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) VALUES "
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            effect_row(effect),
-        )
-
-    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
-        return self._changed(
-            "UPDATE agent_effects SET status = %s, result_digest = %s, external_reference = %s, "
-            "result_json = %s, error = %s, attempts = %s, updated_at = %s "
-            "WHERE operation_key = %s AND status = %s",
-            (
-                effect.status.value,
-                effect.result_digest,
-                effect.external_reference,
-                effect.result_json,
-                effect.error,
-                effect.attempts,
-                effect.updated_at,
-                effect.operation_key,
-                expected.value,
-            ),
-        )
-
-    def _insert_approval(self, approval: Approval) -> bool:
-        return self._changed(
-            "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at,"
-            " record_json) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (
-                approval.approval_id,
-                approval.run_id,
-                approval.call_id,
-                approval.status.value,
-                approval.created_at,
-                approval.expires_at,
-                canonical_json(approval.to_dict()),
-            ),
-        )
-
-    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
-        return self._changed(
-            "UPDATE approvals SET status = %s, record_json = %s "
-            "WHERE approval_id = %s AND status = %s",
-            (
-                approval.status.value,
-                canonical_json(approval.to_dict()),
-                approval.approval_id,
-                expected.value,
-            ),
-        )
 
     def _audit_head(self, chain: str) -> AuditHead | None:
         # FOR UPDATE: the head row is the chain's lock; appends to other chains do not wait.

@@ -8,8 +8,9 @@ import json
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
+from tether.digest import canonical_json
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, Store
+from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 EFFECT_COLUMNS = (
     "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
@@ -140,3 +141,177 @@ class SQLStore(Store):
             params,
         )
         return [Approval.from_dict(json.loads(r[0])) for r in rows]
+
+
+def approval_from_row(row: tuple[Any, ...] | None) -> Approval | None:
+    return None if row is None else Approval.from_dict(json.loads(row[0]))
+
+
+class SQLTx(Tx):
+    """The transaction primitives both SQL backends run alike. Statements are written with
+    ``?`` and sent with the driver's placeholder; inserts say ON CONFLICT DO NOTHING (both
+    SQLite and PostgreSQL understand it), so "the key exists" is a row count, not an error."""
+
+    MARK = "?"
+    APPROVAL_ORDER = "rowid"
+
+    def __init__(self, conn: Any) -> None:
+        self.c = conn
+
+    def _x(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        return self.c.execute(sql if self.MARK == "?" else sql.replace("?", self.MARK), params)
+
+    def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._x(sql, params).fetchone()
+        return row
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self._x(sql, params).fetchall()
+        return rows
+
+    def _changed(self, sql: str, params: tuple[Any, ...]) -> bool:
+        return bool(self._x(sql, params).rowcount == 1)
+
+    # -- reads -------------------------------------------------------------------------------
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._one(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,))
+        return None if row is None else run_from_row(row)
+
+    def _runs_with_status(self, status: str) -> list[RunRecord]:
+        rows = self._all(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,))
+        return [run_from_row(r) for r in rows]
+
+    def get_effect(self, operation_key: str) -> Effect | None:
+        row = self._one(
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = ?",
+            (operation_key,),
+        )
+        return None if row is None else effect_from_row(row)
+
+    def get_approval(self, approval_id: str) -> Approval | None:
+        return approval_from_row(
+            self._one("SELECT record_json FROM approvals WHERE approval_id = ?", (approval_id,))
+        )
+
+    def approvals_for_run(self, run_id: str) -> list[Approval]:
+        rows = self._all(
+            "SELECT record_json FROM approvals WHERE run_id = ? "
+            f"ORDER BY created_at, {self.APPROVAL_ORDER}",
+            (run_id,),
+        )
+        return [Approval.from_dict(json.loads(r[0])) for r in rows]
+
+    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
+        return approval_from_row(
+            self._one(
+                "SELECT record_json FROM approvals WHERE run_id = ? AND call_id = ? "
+                f"ORDER BY created_at DESC, {self.APPROVAL_ORDER} DESC LIMIT 1",
+                (run_id, call_id),
+            )
+        )
+
+    def messages(self, run_id: str) -> list[str]:
+        rows = self._all("SELECT body FROM run_messages WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [r[0] for r in rows]
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        rows = self._all(
+            "SELECT seq, turn, kind, detail, at FROM run_steps WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        )
+        return [StepRecord(seq=r[0], turn=r[1], kind=r[2], detail=r[3], at=r[4]) for r in rows]
+
+    # -- writes ------------------------------------------------------------------------------
+    def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
+        return self._changed(
+            "INSERT INTO run_messages VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            (run_id, seq, body),
+        )
+
+    def _insert_step(self, run_id: str, step: StepRecord) -> bool:
+        return self._changed(
+            "INSERT INTO run_steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (run_id, step.seq, step.turn, step.kind, step.detail, step.at),
+        )
+
+    def _insert_run(self, run: RunRecord) -> bool:
+        return self._changed(
+            f"INSERT INTO agent_runs ({RUN_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            run_row(run),
+        )
+
+    def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
+        return self._changed(
+            "UPDATE agent_runs SET state_version = ?, status = ?, policy_version = ?, "
+            "checkpoint_json = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? "
+            "WHERE run_id = ? AND state_version = ?",
+            (
+                run.state_version,
+                run.status,
+                run.policy_version,
+                run.checkpoint_json,
+                run.updated_at,
+                run.lease_owner,
+                run.lease_expires_at,
+                run.run_id,
+                expected_version,
+            ),
+        )
+
+    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
+        return self._changed(
+            "UPDATE agent_runs SET lease_expires_at = ? WHERE run_id = ? AND lease_owner = ?",
+            (until, run_id, owner),
+        )
+
+    def _insert_effect(self, effect: Effect) -> bool:
+        return self._changed(
+            f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            effect_row(effect),
+        )
+
+    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
+        return self._changed(
+            "UPDATE agent_effects SET status = ?, result_digest = ?, external_reference = ?, "
+            "result_json = ?, error = ?, attempts = ?, updated_at = ? "
+            "WHERE operation_key = ? AND status = ?",
+            (
+                effect.status.value,
+                effect.result_digest,
+                effect.external_reference,
+                effect.result_json,
+                effect.error,
+                effect.attempts,
+                effect.updated_at,
+                effect.operation_key,
+                expected.value,
+            ),
+        )
+
+    def _insert_approval(self, approval: Approval) -> bool:
+        return self._changed(
+            "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at,"
+            " record_json) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (
+                approval.approval_id,
+                approval.run_id,
+                approval.call_id,
+                approval.status.value,
+                approval.created_at,
+                approval.expires_at,
+                canonical_json(approval.to_dict()),
+            ),
+        )
+
+    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
+        return self._changed(
+            "UPDATE approvals SET status = ?, record_json = ? WHERE approval_id = ? AND status = ?",
+            (
+                approval.status.value,
+                canonical_json(approval.to_dict()),
+                approval.approval_id,
+                expected.value,
+            ),
+        )

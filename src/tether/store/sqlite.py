@@ -9,7 +9,6 @@ processes never both read a run and then both try to write it; the loser waits u
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -18,20 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tether.approvals import Approval, ApprovalStatus
 from tether.audit import MAIN, AuditEntry, AuditHead
-from tether.digest import canonical_json
 from tether.errors import ConfigurationError, StoreError
-from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, StepRecord, Tx
+from tether.store.base import Tx
 from tether.store.sql import (
-    EFFECT_COLUMNS,
-    RUN_COLUMNS,
     SQLStore,
-    effect_from_row,
-    effect_row,
-    run_from_row,
-    run_row,
+    SQLTx,
 )
 
 # Position in this list is the schema version; append, never edit.
@@ -120,174 +111,8 @@ MIGRATIONS: list[str] = [
 ]
 
 
-def _approval(row: tuple[Any, ...] | None) -> Approval | None:
-    return None if row is None else Approval.from_dict(json.loads(row[0]))
-
-
-def _inserted(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> bool:
-    try:
-        conn.execute(sql, params)
-    except sqlite3.IntegrityError:
-        return False  # the primary key exists; only this statement is undone
-    return True
-
-
-class SQLiteTx(Tx):
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.c = conn
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        row = self.c.execute(
-            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return None if row is None else run_from_row(row)
-
-    def get_effect(self, operation_key: str) -> Effect | None:
-        row = self.c.execute(
-            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = ?",
-            (operation_key,),
-        ).fetchone()
-        return None if row is None else effect_from_row(row)
-
-    def messages(self, run_id: str) -> list[str]:
-        rows = self.c.execute(
-            "SELECT body FROM run_messages WHERE run_id = ? ORDER BY seq", (run_id,)
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    def steps(self, run_id: str) -> list[StepRecord]:
-        rows = self.c.execute(
-            "SELECT seq, turn, kind, detail, at FROM run_steps WHERE run_id = ? ORDER BY seq",
-            (run_id,),
-        ).fetchall()
-        return [StepRecord(seq=r[0], turn=r[1], kind=r[2], detail=r[3], at=r[4]) for r in rows]
-
-    def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
-        return _inserted(self.c, "INSERT INTO run_messages VALUES (?, ?, ?)", (run_id, seq, body))
-
-    def _insert_step(self, run_id: str, step: StepRecord) -> bool:
-        return _inserted(
-            self.c,
-            "INSERT INTO run_steps VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, step.seq, step.turn, step.kind, step.detail, step.at),
-        )
-
-    def get_approval(self, approval_id: str) -> Approval | None:
-        return _approval(
-            self.c.execute(
-                "SELECT record_json FROM approvals WHERE approval_id = ?", (approval_id,)
-            ).fetchone()
-        )
-
-    def approvals_for_run(self, run_id: str) -> list[Approval]:
-        rows = self.c.execute(
-            "SELECT record_json FROM approvals WHERE run_id = ? ORDER BY created_at, rowid",
-            (run_id,),
-        ).fetchall()
-        return [Approval.from_dict(json.loads(r[0])) for r in rows]
-
-    def find_approval(self, run_id: str, call_id: str) -> Approval | None:
-        return _approval(
-            self.c.execute(
-                "SELECT record_json FROM approvals WHERE run_id = ? AND call_id = ? "
-                "ORDER BY created_at DESC, rowid DESC LIMIT 1",
-                (run_id, call_id),
-            ).fetchone()
-        )
-
-    def _insert_run(self, run: RunRecord) -> bool:
-        return _inserted(
-            self.c,
-            f"INSERT INTO agent_runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            run_row(run),
-        )
-
-    def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
-        cur = self.c.execute(
-            "UPDATE agent_runs SET state_version = ?, status = ?, policy_version = ?, "
-            "checkpoint_json = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? "
-            "WHERE run_id = ? AND state_version = ?",
-            (
-                run.state_version,
-                run.status,
-                run.policy_version,
-                run.checkpoint_json,
-                run.updated_at,
-                run.lease_owner,
-                run.lease_expires_at,
-                run.run_id,
-                expected_version,
-            ),
-        )
-        return cur.rowcount == 1
-
-    def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
-        cur = self.c.execute(
-            "UPDATE agent_runs SET lease_expires_at = ? WHERE run_id = ? AND lease_owner = ?",
-            (until, run_id, owner),
-        )
-        return cur.rowcount == 1
-
-    def _runs_with_status(self, status: str) -> list[RunRecord]:
-        rows = self.c.execute(
-            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,)
-        ).fetchall()
-        return [run_from_row(r) for r in rows]
-
-    def _insert_effect(self, effect: Effect) -> bool:
-        return _inserted(
-            self.c,
-            f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            effect_row(effect),
-        )
-
-    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
-        cur = self.c.execute(
-            "UPDATE agent_effects SET status = ?, result_digest = ?, external_reference = ?, "
-            "result_json = ?, error = ?, attempts = ?, updated_at = ? "
-            "WHERE operation_key = ? AND status = ?",
-            (
-                effect.status.value,
-                effect.result_digest,
-                effect.external_reference,
-                effect.result_json,
-                effect.error,
-                effect.attempts,
-                effect.updated_at,
-                effect.operation_key,
-                expected.value,
-            ),
-        )
-        return cur.rowcount == 1
-
-    def _insert_approval(self, approval: Approval) -> bool:
-        return _inserted(
-            self.c,
-            "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at, "
-            "record_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                approval.approval_id,
-                approval.run_id,
-                approval.call_id,
-                approval.status.value,
-                approval.created_at,
-                approval.expires_at,
-                canonical_json(approval.to_dict()),
-            ),
-        )
-
-    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
-        cur = self.c.execute(
-            "UPDATE approvals SET status = ?, record_json = ? WHERE approval_id = ? AND status = ?",
-            (
-                approval.status.value,
-                canonical_json(approval.to_dict()),
-                approval.approval_id,
-                expected.value,
-            ),
-        )
-        return cur.rowcount == 1
+class SQLiteTx(SQLTx):
+    """One chain of audit entries; its head follows every append by trigger."""
 
     def _audit_head(self, chain: str) -> AuditHead | None:
         row = self.c.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
