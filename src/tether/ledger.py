@@ -85,6 +85,9 @@ class Effect:
     tool_version: str
     argument_digest: str
     status: EffectStatus
+    # The manifest's schema digest when the call was dispatched: a call replayed after the
+    # tool's schema changed is a conflict, not a replay (I2).
+    schema_digest: str | None = None
     result_digest: str | None = None
     external_reference: str | None = None
     result_json: str | None = None
@@ -108,6 +111,7 @@ class Effect:
             "tool_version": self.tool_version,
             "argument_digest": self.argument_digest,
             "status": self.status.value,
+            "schema_digest": self.schema_digest,
             "result_digest": self.result_digest,
             "external_reference": self.external_reference,
             "result_json": self.result_json,

@@ -74,6 +74,20 @@ class StepRecord:
         }
 
 
+@dataclass(frozen=True)
+class CredentialRecord:
+    """A stored credential: who it names, what kind of identity, and only the hash of its
+    secret (the secret itself is shown once, when it is made, and never stored)."""
+
+    credential_id: str
+    name: str
+    kind: str  # "approver" or "principal"
+    token_hash: str
+    record_json: str  # tenants, scopes and the rest, as canonical JSON
+    created_at: float
+    revoked_at: float | None = None
+
+
 class Tx(abc.ABC):
     """One open transaction. Public methods enforce the contract; backends fill in the rest."""
 
@@ -150,6 +164,38 @@ class Tx(abc.ABC):
                 "missing" if current is None else current.status.value,
                 effect.status.value,
             )
+
+    @abc.abstractmethod
+    def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
+        """The effect recorded for this call, whatever tool version it ran under (I2: a
+        call's identity is ``(run_id, call_id)``)."""
+
+    @abc.abstractmethod
+    def count_effects(self, run_id: str) -> int:
+        """How many effects the ledger holds for a run."""
+
+    # -- store metadata (its id, its audit key's fingerprint) ---------------------------------
+    @abc.abstractmethod
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str) -> None:
+        if not self._insert_meta(key, value):
+            self._update_meta(key, value)
+
+    # -- credentials -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def credential_by_hash(self, token_hash: str) -> CredentialRecord | None: ...
+
+    @abc.abstractmethod
+    def get_credential(self, credential_id: str) -> CredentialRecord | None: ...
+
+    def insert_credential(self, credential: CredentialRecord) -> None:
+        if not self._insert_credential(credential):
+            raise StoreError(f"credential {credential.credential_id} already exists")
+
+    def update_credential(self, credential: CredentialRecord) -> None:
+        if not self._update_credential(credential):
+            raise StoreError(f"no credential {credential.credential_id}")
 
     # -- approvals ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -254,6 +300,18 @@ class Tx(abc.ABC):
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool: ...
 
     @abc.abstractmethod
+    def _insert_meta(self, key: str, value: str) -> bool: ...
+
+    @abc.abstractmethod
+    def _update_meta(self, key: str, value: str) -> bool: ...
+
+    @abc.abstractmethod
+    def _insert_credential(self, credential: CredentialRecord) -> bool: ...
+
+    @abc.abstractmethod
+    def _update_credential(self, credential: CredentialRecord) -> bool: ...
+
+    @abc.abstractmethod
     def _audit_head(self, chain: str) -> AuditHead | None:
         """The chain's head, locked for this transaction where the backend has row locks."""
 
@@ -287,6 +345,9 @@ class Store(abc.ABC):
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None
     ) -> list[Approval]: ...
+
+    @abc.abstractmethod
+    def list_credentials(self) -> list[CredentialRecord]: ...
 
     @abc.abstractmethod
     def audit_entries(self) -> Iterator[AuditEntry]:

@@ -16,7 +16,7 @@ from typing import Any
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import MAIN, AuditEntry, AuditHead
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.base import CredentialRecord, RunRecord, StepRecord, Store, Tx
 
 
 class _Tables:
@@ -30,6 +30,11 @@ class _Tables:
         self.steps: dict[tuple[str, int], StepRecord] = {}
         # (run id, call id) -> ids of its approvals, oldest first: an index, as a database has
         self.by_call: dict[tuple[str, str], tuple[str, ...]] = {}
+        # (run id, call id) -> operation key, and run id -> how many effects it has
+        self.effect_by_call: dict[tuple[str, str], str] = {}
+        self.effect_count: dict[str, int] = {}
+        self.meta: dict[str, str] = {}
+        self.credentials: dict[str, CredentialRecord] = {}
 
     def put(self, table: dict[Any, Any], key: Any, value: Any, undo: list[Any]) -> None:
         undo.append((table, key, table.get(key, _ABSENT)))
@@ -116,10 +121,55 @@ class MemoryTx(Tx):
     def _runs_with_status(self, status: str) -> list[RunRecord]:
         return [r for r in self.t.runs.values() if r.status == status]
 
+    def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
+        key = self.t.effect_by_call.get((run_id, call_id))
+        return None if key is None else self.t.effects.get(key)
+
+    def count_effects(self, run_id: str) -> int:
+        return self.t.effect_count.get(run_id, 0)
+
     def _insert_effect(self, effect: Effect) -> bool:
-        if effect.operation_key in self.t.effects:
+        call = (effect.run_id, effect.call_id)
+        if effect.operation_key in self.t.effects or call in self.t.effect_by_call:
             return False
         self.t.put(self.t.effects, effect.operation_key, effect, self.undo)
+        self.t.put(self.t.effect_by_call, call, effect.operation_key, self.undo)
+        count = self.t.effect_count.get(effect.run_id, 0) + 1
+        self.t.put(self.t.effect_count, effect.run_id, count, self.undo)
+        return True
+
+    def get_meta(self, key: str) -> str | None:
+        return self.t.meta.get(key)
+
+    def _insert_meta(self, key: str, value: str) -> bool:
+        if key in self.t.meta:
+            return False
+        self.t.put(self.t.meta, key, value, self.undo)
+        return True
+
+    def _update_meta(self, key: str, value: str) -> bool:
+        if key not in self.t.meta:
+            return False
+        self.t.put(self.t.meta, key, value, self.undo)
+        return True
+
+    def credential_by_hash(self, token_hash: str) -> CredentialRecord | None:
+        return next((c for c in self.t.credentials.values() if c.token_hash == token_hash), None)
+
+    def get_credential(self, credential_id: str) -> CredentialRecord | None:
+        return self.t.credentials.get(credential_id)
+
+    def _insert_credential(self, credential: CredentialRecord) -> bool:
+        taken = any(c.token_hash == credential.token_hash for c in self.t.credentials.values())
+        if credential.credential_id in self.t.credentials or taken:
+            return False
+        self.t.put(self.t.credentials, credential.credential_id, credential, self.undo)
+        return True
+
+    def _update_credential(self, credential: CredentialRecord) -> bool:
+        if credential.credential_id not in self.t.credentials:
+            return False
+        self.t.put(self.t.credentials, credential.credential_id, credential, self.undo)
         return True
 
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
@@ -195,6 +245,11 @@ class MemoryStore(Store):
             for a in found
             if (status is None or a.status is status) and (run_id is None or a.run_id == run_id)
         ]
+
+    def list_credentials(self) -> list[CredentialRecord]:
+        with self._lock:
+            found = list(self._tables.credentials.values())
+        return sorted(found, key=lambda c: (c.created_at, c.credential_id))
 
     def audit_entries(self) -> Iterator[AuditEntry]:
         with self._lock:

@@ -117,6 +117,27 @@ MIGRATIONS: list[str] = [
         hash TEXT NOT NULL
     );
     """,
+    """
+    ALTER TABLE agent_effects ADD COLUMN schema_digest TEXT;
+    -- I2: a call's identity is (run_id, call_id), whatever tool version it ran under.
+    CREATE UNIQUE INDEX agent_effects_call ON agent_effects (run_id, call_id);
+    ALTER TABLE audit_log ADD COLUMN key_id TEXT;
+    ALTER TABLE audit_log ADD COLUMN mac TEXT;
+    CREATE TABLE tether_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE credentials (
+        credential_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        record_json TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        revoked_at DOUBLE PRECISION
+    );
+    CREATE INDEX credentials_name ON credentials (name);
+    """,
 ]
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")

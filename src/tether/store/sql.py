@@ -10,12 +10,14 @@ from typing import Any
 from tether.approvals import Approval, ApprovalStatus
 from tether.digest import canonical_json
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.base import CredentialRecord, RunRecord, StepRecord, Store, Tx
 
 EFFECT_COLUMNS = (
     "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
-    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at"
+    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at, "
+    "schema_digest"
 )
+CREDENTIAL_COLUMNS = "credential_id, name, kind, token_hash, record_json, created_at, revoked_at"
 RUN_COLUMNS = (
     "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
     "created_at, updated_at, lease_owner, lease_expires_at"
@@ -38,6 +40,7 @@ def effect_from_row(row: tuple[Any, ...]) -> Effect:
         attempts=row[11],
         created_at=row[12],
         updated_at=row[13],
+        schema_digest=row[14],
     )
 
 
@@ -57,6 +60,7 @@ def effect_row(e: Effect) -> tuple[Any, ...]:
         e.attempts,
         e.created_at,
         e.updated_at,
+        e.schema_digest,
     )
 
 
@@ -132,6 +136,12 @@ class SQLStore(Store):
         )
         return [effect_from_row(r) for r in rows]
 
+    def list_credentials(self) -> list[CredentialRecord]:
+        rows = self._query(
+            f"SELECT {CREDENTIAL_COLUMNS} FROM credentials ORDER BY created_at, credential_id"
+        )
+        return [CredentialRecord(*r) for r in rows]
+
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None
     ) -> list[Approval]:
@@ -187,6 +197,64 @@ class SQLTx(Tx):
             (operation_key,),
         )
         return None if row is None else effect_from_row(row)
+
+    def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
+        row = self._one(
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE run_id = ? AND call_id = ?",
+            (run_id, call_id),
+        )
+        return None if row is None else effect_from_row(row)
+
+    def count_effects(self, run_id: str) -> int:
+        row = self._one("SELECT count(*) FROM agent_effects WHERE run_id = ?", (run_id,))
+        return 0 if row is None else int(row[0])
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._one("SELECT value FROM tether_meta WHERE key = ?", (key,))
+        return None if row is None else str(row[0])
+
+    def _insert_meta(self, key: str, value: str) -> bool:
+        return self._changed(
+            "INSERT INTO tether_meta (key, value) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (key, value),
+        )
+
+    def _update_meta(self, key: str, value: str) -> bool:
+        return self._changed("UPDATE tether_meta SET value = ? WHERE key = ?", (value, key))
+
+    def credential_by_hash(self, token_hash: str) -> CredentialRecord | None:
+        row = self._one(
+            f"SELECT {CREDENTIAL_COLUMNS} FROM credentials WHERE token_hash = ?", (token_hash,)
+        )
+        return None if row is None else CredentialRecord(*row)
+
+    def get_credential(self, credential_id: str) -> CredentialRecord | None:
+        row = self._one(
+            f"SELECT {CREDENTIAL_COLUMNS} FROM credentials WHERE credential_id = ?",
+            (credential_id,),
+        )
+        return None if row is None else CredentialRecord(*row)
+
+    def _insert_credential(self, c: CredentialRecord) -> bool:
+        return self._changed(
+            f"INSERT INTO credentials ({CREDENTIAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (
+                c.credential_id,
+                c.name,
+                c.kind,
+                c.token_hash,
+                c.record_json,
+                c.created_at,
+                c.revoked_at,
+            ),
+        )
+
+    def _update_credential(self, c: CredentialRecord) -> bool:
+        return self._changed(
+            "UPDATE credentials SET record_json = ?, revoked_at = ? WHERE credential_id = ?",
+            (c.record_json, c.revoked_at, c.credential_id),
+        )
 
     def get_approval(self, approval_id: str) -> Approval | None:
         return approval_from_row(
@@ -268,7 +336,7 @@ class SQLTx(Tx):
     def _insert_effect(self, effect: Effect) -> bool:
         return self._changed(
             f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             effect_row(effect),
         )
 

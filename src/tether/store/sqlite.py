@@ -108,6 +108,27 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, seq)
     );
     """,
+    """
+    ALTER TABLE agent_effects ADD COLUMN schema_digest TEXT;
+    -- I2: a call's identity is (run_id, call_id), whatever tool version it ran under.
+    CREATE UNIQUE INDEX agent_effects_call ON agent_effects (run_id, call_id);
+    ALTER TABLE audit_log ADD COLUMN key_id TEXT;
+    ALTER TABLE audit_log ADD COLUMN mac TEXT;
+    CREATE TABLE tether_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE credentials (
+        credential_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        record_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        revoked_at REAL
+    );
+    CREATE INDEX credentials_name ON credentials (name);
+    """,
 ]
 
 
