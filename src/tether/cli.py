@@ -17,6 +17,8 @@ import click
 
 from tether.app import App, load_app
 from tether.approvals import Approval, ApprovalStatus
+from tether.cli_audit import audit
+from tether.cli_common import DB_OPTION, JSON_OPTION, open_cli_store
 from tether.crash import ENV as CRASH_ENV
 from tether.crash import POINTS
 from tether.crash import validate as validate_crash_point
@@ -26,31 +28,21 @@ from tether.policy import Principal
 from tether.reconcile import resolve_effect
 from tether.recovery import recover, rollback
 from tether.runs import RunResult, load_result
-from tether.store import Store, open_store
+from tether.store import Store
 from tether.worker import Worker
-
-DB_OPTION = click.option(
-    "--db",
-    "db",
-    envvar="TETHER_DB",
-    default="sqlite:///tether.db",
-    show_default=True,
-    help="Store URL: sqlite:///path/to/file.db or memory://",
-)
-JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 def _open(db: str) -> Store:
-    try:
-        return open_store(db)
-    except TetherError as e:
-        raise click.ClickException(str(e)) from e
+    return open_cli_store(db)
 
 
 @click.group()
 @click.version_option(package_name="tether")
 def main() -> None:
     """tether: one governed, durable gate between an AI agent and its tools."""
+
+
+main.add_command(audit)
 
 
 @main.command()
@@ -72,36 +64,6 @@ def migrate(db: str) -> None:
     with _open(db) as store:
         version = getattr(store, "schema_version", None)
         click.echo(f"{store.url}: schema version {version}")
-
-
-@main.group()
-def audit() -> None:
-    """Inspect the hash-chained audit log."""
-
-
-@audit.command("verify")
-@DB_OPTION
-@JSON_OPTION
-def audit_verify(db: str, as_json: bool) -> None:
-    """Replay the hash chain; exit 1 and name the first bad entry if it does not verify."""
-    with _open(db) as store:
-        report = store.verify_audit()
-    if as_json:
-        click.echo(json.dumps(report.__dict__))
-    elif report.intact:
-        click.echo(report.summary())
-    else:
-        click.echo(report.summary(), err=True)
-    sys.exit(0 if report.intact else 1)
-
-
-@audit.command("head")
-@DB_OPTION
-def audit_head(db: str) -> None:
-    """Print each chain's head; keep a copy elsewhere to detect a rewritten log later."""
-    with _open(db) as store:
-        heads = store.audit_heads()
-    click.echo(json.dumps({c: {"seq": h.seq, "hash": h.hash} for c, h in sorted(heads.items())}))
 
 
 @main.group()
