@@ -213,3 +213,44 @@ class StoreContract:
         with store.read() as tx:
             released = tx.get_run("run-1")
         assert released is not None and released.lease_owner is None
+
+    # -- evidence: MACs and row digests (I10) ----------------------------------------------------
+    def test_the_store_records_its_id_and_key(self, store: Store) -> None:
+        from tether.store.base import AUDIT_KEY_ID, STORE_ID
+
+        with store.read() as tx:
+            assert tx.get_meta(AUDIT_KEY_ID) == store.keys.key_id
+            assert tx.get_meta(STORE_ID) == store.store_id is not None
+
+    def test_every_entry_is_authenticated(self, store: Store) -> None:
+        with store.transaction() as tx:
+            entry = tx.append_audit("one", at=1.0, run_id="run-1")
+        (stored,) = [e for e in store.audit_entries() if e.chain == entry.chain]
+        assert (stored.key_id, stored.mac) == (store.keys.key_id, entry.mac)
+        assert store.keys.check(stored.key_id or "", stored.hash, stored.mac or "")
+
+    def test_rows_written_are_recorded_by_the_next_entry(self, store: Store) -> None:
+        from tether.evidence import effect_digest
+
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+            tx.insert_effect(effect())
+            tx.insert_approval(approval())
+            first = tx.append_audit("written", at=1.0, run_id="run-1")
+            second = tx.append_audit("nothing written since", at=2.0, run_id="run-1")
+        rows = first.record["rows"]
+        assert set(rows) == {"run:run-1", f"effect:{effect().operation_key}", "approval:apr-1"}
+        assert rows[f"effect:{effect().operation_key}"] == effect_digest(effect())
+        assert "rows" not in second.record
+        report = store.verify_audit()
+        assert report.intact and report.rows == 3, report.summary()
+
+    def test_a_write_no_entry_records_fails_verification(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+            tx.append_audit("run_started", at=1.0, run_id="run-1")
+        with store.transaction() as tx:
+            tx.insert_effect(effect())  # and no audit entry in its transaction
+        report = store.verify_audit()
+        assert not report.intact
+        assert "no audit entry records it" in (report.problem or "")

@@ -31,6 +31,8 @@ def tether(d: Path, *args: str, crash: str | None = None) -> subprocess.Complete
         "TETHER_DEMO_WORLD": str(d / "world.db"),
     }
     env.pop("TETHER_CRASH_AT", None)
+    if args[:1] == ("approvals",):
+        env["TETHER_APPROVER_TOKEN"] = approver_token(d, env)
     if crash is not None:
         env["TETHER_CRASH_AT"] = crash
     return subprocess.run(
@@ -42,6 +44,24 @@ def tether(d: Path, *args: str, crash: str | None = None) -> subprocess.Complete
         timeout=120,
         check=False,
     )
+
+
+def approver_token(d: Path, env: dict[str, str]) -> str:
+    """reviewer-5's credential for the store in ``d``, registered once (approving from a
+    shell needs one: a typed name is not an identity)."""
+    saved = d / "reviewer-5.token"
+    if not saved.exists():
+        out = subprocess.run(
+            [sys.executable, "-m", "tether", "approvers", "add", "reviewer-5", "--tenant", "acme"],
+            cwd=d,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        saved.write_text(out.stdout.strip().splitlines()[-1])
+    return saved.read_text()
 
 
 def last_json(out: subprocess.CompletedProcess[str]) -> dict[str, object] | list[object] | None:
@@ -91,8 +111,6 @@ def test_demo_flow_killed_at_each_crash_point_recovers_exactly_once(
                     "approvals",
                     "approve",
                     approval["approval_id"],  # type: ignore[index]
-                    "--approver",
-                    "reviewer-5",
                     crash=armed,
                 )
                 killed += out.returncode == -9
@@ -153,7 +171,7 @@ def test_a_crash_during_recovery_is_recovered_too(tmp_path: Path) -> None:
     first = tether(tmp_path, "run", "--app", APP, "--json", "close ticket T-9")
     run_id = str(last_json(first)["run_id"])  # type: ignore[index]
     [approval] = last_json(tether(tmp_path, "approvals", "list", "--json"))  # type: ignore[misc]
-    tether(tmp_path, "approvals", "approve", approval["approval_id"], "--approver", "reviewer-5")
+    tether(tmp_path, "approvals", "approve", approval["approval_id"])
     died = tether(tmp_path, "runs", "resume", run_id, crash="gate.after_tool_return")
     assert died.returncode == -9
     assert witness(tmp_path, "close_ticket") == 1

@@ -73,6 +73,10 @@ def test_audit_verify_passes_untouched(demo_db: tuple[Path, dict[str, object]]) 
 def _tampered(db: Path, tmp_path: Path, sql: str, *params: object) -> Path:
     copy = tmp_path / "tampered.db"
     copy.write_bytes(db.read_bytes())
+    # The audit key lives beside the database, not in it: a copy to verify needs it too.
+    key = copy.with_name(copy.name + ".key")
+    key.write_bytes(Path(f"{db}.key").read_bytes())
+    key.chmod(0o600)
     c = sqlite3.connect(copy)
     c.execute(sql, params)
     c.commit()
@@ -129,9 +133,16 @@ def test_effects_list(demo_db: tuple[Path, dict[str, object]]) -> None:
 
 def test_bad_url_is_one_clear_sentence(tmp_path: Path) -> None:
     out = tether("audit", "verify", "--db", "mysql://x", cwd=tmp_path)
-    assert out.returncode != 0
+    assert out.returncode == 2  # could not do what was asked
     assert "no store for URL" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_bad_url_exits_2_from_every_command(tmp_path: Path) -> None:
+    for command in (("runs", "list"), ("approvers", "add", "x", "--tenant", "t"), ("migrate",)):
+        out = tether(*command, "--db", "mysql://x", cwd=tmp_path)
+        assert out.returncode == 2, (command, out.stderr)
+        assert "no store for URL" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_migrate_reports_the_schema_version(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from tests.conftest import Backend
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import CHAINS, AuditEntry, AuditHead
 from tether.errors import (
+    InternalError,
     InvalidTransition,
     OperationConflict,
     OutcomeUnknown,
@@ -152,6 +153,12 @@ class FaultyStore(Store):
     def read(self) -> Any:
         return self.inner.read()
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # what the contract adds later (its keys, say)
+
+    def list_credentials(self) -> list[Any]:
+        return self.inner.list_credentials()
+
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
         return self.inner.list_runs(status)
 
@@ -177,7 +184,8 @@ STORE_FAULTS = [
     pytest.param(lambda: StoreError("injected store failure"), id="StoreError"),
     pytest.param(lambda: sqlite3.OperationalError("database is locked"), id="locked"),
 ]
-STORE_ERRORS = (StoreError, sqlite3.OperationalError)
+# A raw driver error injected around the store reaches the caller as a tether error.
+STORE_ERRORS = (StoreError, InternalError)
 
 
 @contextmanager

@@ -104,6 +104,7 @@ class Support:
             required_scope="ticket:write",
             sensitive_fields={"ticket_body"},
             cost=3,
+            tenant_path="tenant",
         )
         def close_ticket(
             tenant: str,
@@ -324,8 +325,11 @@ def test_pinned_manifest_drift_is_refused() -> None:
 # -- policy -----------------------------------------------------------------------------------
 
 
-def _tier_manifest(risk: str, **kw: Any) -> Manifest:
-    return Manifest(name=f"t_{risk}", parameters={"type": "object"}, risk=risk, **kw)
+def _tier_manifest(risk: str, *, tenant: bool = False, **kw: Any) -> Manifest:
+    if not tenant:
+        return Manifest(name=f"t_{risk}", parameters={"type": "object"}, risk=risk, **kw)
+    schema = {"type": "object", "properties": {"tenant": {"type": "string"}}}
+    return Manifest(name=f"t_{risk}", parameters=schema, risk=risk, tenant_path="tenant", **kw)
 
 
 @pytest.mark.parametrize(
@@ -437,7 +441,7 @@ def test_policy_constraint_at_the_limit_passes() -> None:
 
 
 def test_deny_beats_ask_and_lists_every_reason() -> None:
-    manifest = _tier_manifest("write", required_scope="admin:all")
+    manifest = _tier_manifest("write", tenant=True, required_scope="admin:all")
     d = decide(POLICY, USER, manifest, {"tenant": "globex"})
     assert d.verdict is Verdict.DENY
     assert "missing scope admin:all" in d.reasons

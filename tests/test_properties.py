@@ -387,7 +387,8 @@ principals = st.builds(
 manifests = st.builds(
     Manifest,
     name=st.sampled_from(["close_ticket", "read_ticket"]),
-    parameters=st.just({"type": "object"}),
+    parameters=st.just({"type": "object", "properties": {"tenant": {"type": "string"}}}),
+    tenant_path=st.just("tenant"),
     risk=st.sampled_from(list(Risk)),
     required_scope=st.one_of(st.none(), st.sampled_from(SCOPES)),
     allowed_tenants=st.one_of(st.none(), st.frozensets(st.sampled_from(TENANTS))),
@@ -464,7 +465,7 @@ def expected_verdict(
     rule = policy.tools.get(manifest.name)
     denied = (
         (manifest.required_scope is not None and manifest.required_scope not in who.scopes)
-        or ("tenant" in args and args["tenant"] != who.tenant)
+        or (manifest.tenant_path == "tenant" and args.get("tenant") != who.tenant)
         or (manifest.allowed_tenants is not None and who.tenant not in manifest.allowed_tenants)
         or (rule is not None and any(_breaks(c, args) for c in rule.constraints))
     )

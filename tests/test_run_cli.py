@@ -8,7 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,32 +20,52 @@ APP = "tether.demo:support"
 @dataclass
 class Cli:
     tmp: Path
+    tokens: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.pop("TETHER_APP", None)
+        for name in ("TETHER_APP", "TETHER_APPROVER_TOKEN", "TETHER_PRINCIPAL_TOKEN"):
+            env.pop(name, None)
         env["TETHER_DB"] = f"sqlite:///{self.tmp}/t.db"
         env["TETHER_DEMO_WORLD"] = str(self.tmp / "world.db")
         return env
 
-    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "tether", *args],
             cwd=self.tmp,
-            env=self.env,
+            env={**self.env, **env},
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
         )
 
-    def ok(self, *args: str) -> Any:
+    def ok(self, *args: str, **env: str) -> Any:
         """Run a command that must succeed; the JSON on its last line."""
-        out = self(*args)
+        out = self(*args, **env)
         assert out.returncode == 0, out.stderr
         lines = [line for line in out.stdout.splitlines() if line.strip()]
         return json.loads(lines[-1])
+
+    def token(self, name: str = "reviewer-5", tenant: str = "acme") -> str:
+        """The credential of approver ``name`` (registered on first use), as a script gets it:
+        the last line of ``tether approvers add``."""
+        if (name, tenant) not in self.tokens:
+            out = self("approvers", "add", name, "--tenant", tenant)
+            assert out.returncode == 0, out.stderr
+            self.tokens[name, tenant] = out.stdout.strip().splitlines()[-1]
+        return self.tokens[name, tenant]
+
+    def as_approver(
+        self, name: str, *args: str, tenant: str = "acme"
+    ) -> subprocess.CompletedProcess[str]:
+        """A command run with approver ``name``'s credential in TETHER_APPROVER_TOKEN."""
+        return self(*args, TETHER_APPROVER_TOKEN=self.token(name, tenant))
+
+    def ok_as(self, name: str, *args: str) -> Any:
+        return self.ok(*args, TETHER_APPROVER_TOKEN=self.token(name))
 
     def witness(self, tool: str) -> list[dict[str, Any]]:
         """What the ticket service itself recorded: the arguments of every call to ``tool``."""
@@ -94,8 +114,9 @@ def test_run_approve_and_resume_in_three_processes(cli: Cli) -> None:
     assert cli.witness("close_ticket") == []
     assert len(cli.witness("read_ticket")) == 1
 
-    decided = cli.ok("approvals", "approve", approval_id, "--approver", "reviewer-5", "--json")
+    decided = cli.ok_as("reviewer-5", "approvals", "approve", approval_id, "--json")
     assert (decided["status"], decided["approver"]) == ("approved", "reviewer-5")
+    assert decided["approver_credential"].startswith("cred-")
     assert cli.witness("close_ticket") == []
 
     resumed = cli.ok("runs", "resume", started["run_id"], "--json")
@@ -121,13 +142,18 @@ def test_run_approve_and_resume_in_three_processes(cli: Cli) -> None:
 
 def test_the_requester_cannot_approve_their_own_call(cli: Cli) -> None:
     run_id, approval_id = cli.waiting()
-    out = cli("approvals", "approve", approval_id, "--approver", "user-42")
-    assert_one_line_error(out, "user-42")
+    # A name alone is no longer an identity.
+    out = cli("approvals", "approve", approval_id, "--approver", "reviewer-5")
+    assert_one_line_error(out, "approver credential", "tether approvers add NAME --tenant T")
+    # The requester's own approver credential: authenticated, and still the requester.
+    out = cli.as_approver("user-42", "approvals", "approve", approval_id)
+    assert_one_line_error(out, "user-42", "requested this call")
     pending = cli.ok("approvals", "list", "--status", "pending", "--json")
     assert [a["approval_id"] for a in pending] == [approval_id]
-    # Nobody else authorised either.
-    out = cli("approvals", "approve", approval_id, "--approver", "mallory")
+    # Nobody else the policy does not name either, and the refusal does not say who is.
+    out = cli.as_approver("mallory", "approvals", "approve", approval_id)
     assert_one_line_error(out, "mallory")
+    assert "reviewer-5" not in out.stderr
     assert cli.ok("runs", "show", run_id, "--json")["status"] == "awaiting_approval"
     assert cli.witness("close_ticket") == []
     assert cli.audit_intact()
@@ -135,12 +161,11 @@ def test_the_requester_cannot_approve_their_own_call(cli: Cli) -> None:
 
 def test_deny_with_a_reason_then_resume_tells_the_model(cli: Cli) -> None:
     run_id, approval_id = cli.waiting()
-    denied = cli.ok(
+    denied = cli.ok_as(
+        "reviewer-5",
         "approvals",
         "deny",
         approval_id,
-        "--approver",
-        "reviewer-5",
         "--reason",
         "customer asked to keep it open",
         "--json",
@@ -158,8 +183,8 @@ def test_deny_with_a_reason_then_resume_tells_the_model(cli: Cli) -> None:
 
 def test_deny_needs_a_reason(cli: Cli) -> None:
     _, approval_id = cli.waiting()
-    out = cli("approvals", "deny", approval_id, "--approver", "reviewer-5")
-    assert out.returncode != 0
+    out = cli.as_approver("reviewer-5", "approvals", "deny", approval_id)
+    assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert "--reason" in out.stderr
     pending = cli.ok("approvals", "list", "--status", "pending", "--json")
@@ -168,14 +193,8 @@ def test_deny_needs_a_reason(cli: Cli) -> None:
 
 def test_an_edit_that_breaks_the_schema_is_refused_and_changes_nothing(cli: Cli) -> None:
     _, approval_id = cli.waiting()
-    out = cli(
-        "approvals",
-        "edit",
-        approval_id,
-        "--approver",
-        "reviewer-5",
-        "--arguments",
-        '{"ticket_id": 7}',
+    out = cli.as_approver(
+        "reviewer-5", "approvals", "edit", approval_id, "--arguments", '{"ticket_id": 7}'
     )
     assert_one_line_error(out, "ticket_id")
     pending = cli.ok("approvals", "list", "--status", "pending", "--json")
@@ -183,22 +202,22 @@ def test_an_edit_that_breaks_the_schema_is_refused_and_changes_nothing(cli: Cli)
         (approval_id, {"ticket_id": "T-7"})
     ]
     assert len(cli.ok("approvals", "list", "--json")) == 1
-    out = cli(
-        "approvals", "edit", approval_id, "--approver", "reviewer-5", "--arguments", "not json"
-    )
-    assert out.returncode != 0 and "Traceback" not in out.stderr
+    out = cli.as_approver("reviewer-5", "approvals", "edit", approval_id, "--arguments", "not json")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "not valid JSON" in out.stderr
+    out = cli.as_approver("reviewer-5", "approvals", "edit", approval_id, "--arguments", "[1]")
+    assert out.returncode == 2 and "must be a JSON object" in out.stderr
     assert cli.witness("close_ticket") == []
     assert cli.audit_intact()
 
 
 def test_an_edit_runs_the_edited_arguments_only(cli: Cli) -> None:
     run_id, approval_id = cli.waiting()
-    edited = cli.ok(
+    edited = cli.ok_as(
+        "reviewer-5",
         "approvals",
         "edit",
         approval_id,
-        "--approver",
-        "reviewer-5",
         "--arguments",
         '{"ticket_id": "T-8"}',
         "--json",
@@ -207,6 +226,7 @@ def test_an_edit_runs_the_edited_arguments_only(cli: Cli) -> None:
     assert edited["replaces"] == approval_id
     assert edited["arguments"] == {"ticket_id": "T-8"}
     assert edited["status"] == "approved"
+    assert edited["approver"] == "reviewer-5" and edited["approver_credential"]
     statuses = {a["approval_id"]: a["status"] for a in cli.ok("approvals", "list", "--json")}
     assert statuses == {approval_id: "edited", edited["approval_id"]: "approved"}
     assert cli.ok("approvals", "list", "--status", "pending", "--json") == []
@@ -256,59 +276,51 @@ def test_runs_list_and_show_and_approvals_list(cli: Cli) -> None:
 
 def test_resuming_an_unknown_run_is_a_clear_error(cli: Cli) -> None:
     out = cli("runs", "resume", "run-does-not-exist")
+    assert_one_line_error(out, "no tether store")  # and it made none
+    assert not (cli.tmp / "t.db").exists()
+    assert cli("migrate").returncode == 0
+    out = cli("runs", "resume", "run-does-not-exist")
     assert_one_line_error(out, "no run run-does-not-exist")
+    assert out.returncode == 2
     out = cli("runs", "resume", "run-does-not-exist", "--app", APP)
     assert_one_line_error(out, "no run run-does-not-exist")
 
 
 def test_deciding_an_unknown_or_already_decided_approval_fails(cli: Cli) -> None:
-    out = cli("approvals", "approve", "apr-nope", "--approver", "reviewer-5")
+    out = cli.as_approver("reviewer-5", "approvals", "approve", "apr-nope")
     assert_one_line_error(out, "apr-nope")
+    assert out.returncode == 2
     _, approval_id = cli.waiting()
-    cli.ok("approvals", "approve", approval_id, "--approver", "reviewer-5", "--json")
-    out = cli("approvals", "approve", approval_id, "--approver", "reviewer-5")
+    cli.ok_as("reviewer-5", "approvals", "approve", approval_id, "--json")
+    out = cli.as_approver("reviewer-5", "approvals", "approve", approval_id)
     assert_one_line_error(out, "already approved")
-    out = cli("approvals", "deny", approval_id, "--approver", "reviewer-5", "--reason", "no")
+    out = cli.as_approver("reviewer-5", "approvals", "deny", approval_id, "--reason", "no")
     assert_one_line_error(out, "already approved")
     assert cli.audit_intact()
 
 
-def test_enqueue_then_a_worker_drives_the_run_and_rollback_undoes_it(tmp_path: Path) -> None:
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "tether", *args],
-            cwd=tmp_path,
-            env={
-                **os.environ,
-                "TETHER_DB": f"sqlite:///{tmp_path}/t.db",
-                "TETHER_DEMO_WORLD": str(tmp_path / "world.db"),
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+def test_enqueue_then_a_worker_drives_the_run_and_rollback_undoes_it(cli: Cli) -> None:
+    def last(out: subprocess.CompletedProcess[str]) -> Any:
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.splitlines()[-1])
 
-    queued = json.loads(
-        cli("run", "--app", APP, "--enqueue", "--json", "close ticket T-5").stdout.splitlines()[-1]
-    )
+    queued = last(cli("run", "--app", APP, "--enqueue", "--json", "close ticket T-5"))
     assert queued["status"] == "queued"
-    worked = cli("worker", "--app", APP, "--exit-when-idle", "0.5", "--json")
-    assert worked.returncode == 0, worked.stderr
-    assert json.loads(worked.stdout.splitlines()[-1])["finished"] == {"awaiting_approval": 1}
-    [pending] = json.loads(cli("approvals", "list", "--status", "pending", "--json").stdout)
-    cli("approvals", "approve", pending["approval_id"], "--approver", "reviewer-5")
-    shown = json.loads(cli("runs", "show", queued["run_id"], "--json").stdout)
+    worked = last(cli("worker", "--app", APP, "--exit-when-idle", "0.5", "--json"))
+    assert worked["finished"] == {"awaiting_approval": 1}
+    [pending] = cli.ok("approvals", "list", "--status", "pending", "--json")
+    cli.ok_as("reviewer-5", "approvals", "approve", pending["approval_id"], "--json")
+    shown = cli.ok("runs", "show", queued["run_id"], "--json")
     assert shown["status"] == "queued"  # every approval decided: any worker may pick it up
     assert cli("worker", "--app", APP, "--exit-when-idle", "0.5").returncode == 0
-    shown = json.loads(cli("runs", "show", queued["run_id"], "--json").stdout)
+    shown = cli.ok("runs", "show", queued["run_id"], "--json")
     assert shown["status"] == "completed"
-    undo = json.loads(cli("runs", "rollback", queued["run_id"], "--json").stdout.splitlines()[-1])
+    undo = last(cli("runs", "rollback", queued["run_id"], "--json"))
     assert undo["complete"] is False and len(undo["approvals"]) == 1
-    cli("approvals", "approve", undo["approvals"][0], "--approver", "reviewer-5")
-    done = json.loads(cli("runs", "rollback", queued["run_id"], "--json").stdout.splitlines()[-1])
+    cli.ok_as("reviewer-5", "approvals", "approve", undo["approvals"][0], "--json")
+    done = last(cli("runs", "rollback", queued["run_id"], "--json"))
     assert done["complete"] is True and len(done["compensated"]) == 1
-    with sqlite3.connect(tmp_path / "world.db") as c:
+    with sqlite3.connect(cli.tmp / "world.db") as c:
         counts = dict(c.execute("SELECT tool, count(*) FROM calls GROUP BY tool").fetchall())
     assert counts == {"read_ticket": 1, "close_ticket": 1, "reopen_ticket": 1}
     assert cli("audit", "verify").returncode == 0

@@ -773,8 +773,8 @@ def test_arguments_that_break_the_schema_are_fed_back(env: Env) -> None:
 
 
 # -- crashes, leases and races -------------------------------------------------------------------
-class Crash(Exception):
-    """The process dies."""
+class Crash(BaseException):
+    """The process dies (a BaseException: no handler in tether mistakes it for a bug)."""
 
 
 class CrashAfterEffect(Runner):

@@ -1,12 +1,25 @@
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.pg import schema_url
 from tests.store_contract import StoreContract
-from tether.store import Store
+from tether.errors import StoreError
+from tether.store import ReadOnlyStore, Store, StoreMissing, open_store
+
+
+@pytest.fixture(autouse=True)
+def key_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each store's key file goes under $XDG_CONFIG_HOME: a fresh one per test."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("TETHER_AUDIT_KEY", raising=False)
+    monkeypatch.delenv("TETHER_AUDIT_KEY_FILE", raising=False)
+    return tmp_path / "config"
 
 
 class TestPostgresStore(StoreContract):
@@ -77,3 +90,70 @@ def test_deleting_a_whole_run_trail_is_detected(pg_url: str) -> None:
         report = store.verify_audit()
         assert not report.intact
         assert report.chain == "run-b" and "deleted" in (report.problem or "")
+
+
+def test_an_unreachable_server_is_one_sentence_within_seconds(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreError) as refused:
+        open_store("postgresql://tether:s3cret@127.0.0.1:1/test")
+    assert time.monotonic() - started < 10
+    message = str(refused.value)
+    assert message.startswith("cannot connect to PostgreSQL at postgresql://tether:***@127.0.0.1:1")
+    assert "\n" not in message and "s3cret" not in message
+    assert capfd.readouterr().err == ""  # no pool warnings on the way
+
+
+def test_create_false_and_read_only_need_the_tables(pg_url: str) -> None:
+    import psycopg
+
+    from tether.store.postgres import PostgresStore, split_url
+
+    for options in ({"create": False}, {"read_only": True}):
+        with pytest.raises(StoreMissing, match="no tether store at"):
+            open_store(pg_url, **options)  # type: ignore[arg-type]
+    conninfo, schema = split_url(pg_url)
+    with psycopg.connect(conninfo) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        assert found.fetchone() is None  # nothing was created on the way
+    PostgresStore(pg_url).close()
+    open_store(pg_url, create=False).close()
+
+
+def test_read_only_refuses_writes_and_reads_with_the_key(pg_url: str, key_home: Path) -> None:
+    from tether.store.postgres import PostgresStore
+
+    with PostgresStore(pg_url) as store, store.transaction() as tx:
+        tx.append_audit("run_started", at=1.0, run_id="run-1")
+    assert (key_home / "tether" / "keys" / f"{store.store_id}.key").exists()
+    with PostgresStore(pg_url, read_only=True) as reader:
+        assert reader.keys.key_id == store.keys.key_id
+        assert reader.verify_audit().intact
+        with pytest.raises(ReadOnlyStore), reader.transaction():
+            pass
+
+
+def test_workers_opening_a_new_store_at_once_share_one_key(pg_url: str, key_home: Path) -> None:
+    from tether.store.postgres import PostgresStore
+
+    barrier = threading.Barrier(3)
+    opened: list[PostgresStore] = []
+
+    def open_one() -> None:
+        barrier.wait()
+        opened.append(PostgresStore(pg_url))
+
+    threads = [threading.Thread(target=open_one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(opened) == 3
+        assert len({s.keys.key_id for s in opened}) == 1
+        assert len({s.store_id for s in opened}) == 1
+        assert len(list((key_home / "tether" / "keys").iterdir())) == 1
+    finally:
+        for s in opened:
+            s.close()

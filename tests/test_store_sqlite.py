@@ -8,7 +8,7 @@ import pytest
 
 from tests.store_contract import StoreContract, run_record
 from tether.errors import ConfigurationError, StoreError
-from tether.store import SQLiteStore, Store, open_store
+from tether.store import ReadOnlyStore, SQLiteStore, Store, StoreMissing, open_store
 from tether.store.sqlite import MIGRATIONS
 
 
@@ -100,3 +100,62 @@ def test_sqlite_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert (tmp_path / "rel.db").exists() and (tmp_path / "abs.db").exists()
     with pytest.raises(ConfigurationError, match="synchronous"):
         SQLiteStore("sqlite:///rel.db?synchronous=sometimes")
+
+
+@pytest.mark.parametrize(
+    ("url", "advice"),
+    [
+        # One slash: a path that would make a folder named "sqlite:".
+        ("sqlite:{dir}/x.db", "an absolute path takes four slashes, sqlite:///{dir}/x.db"),
+        ("sqlite:x.db", "write sqlite:///x.db for a path relative to the working directory"),
+        ("sqlite://x.db", "is ambiguous: write sqlite:////x.db for /x.db, or sqlite:///x.db"),
+    ],
+)
+def test_malformed_sqlite_urls_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, advice: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url.format(dir=tmp_path))
+    assert advice.format(dir=tmp_path) in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_false_refuses_a_missing_file_and_makes_no_folder(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/nope/x.db"
+    for options in ({"create": False}, {"read_only": True}):
+        with pytest.raises(StoreMissing, match=f"no tether store at {tmp_path}/nope/x.db"):
+            open_store(url, **options)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "empty.db").write_bytes(b"")
+    with pytest.raises(StoreMissing, match="not a tether store"):
+        open_store(f"sqlite:///{tmp_path}/empty.db", create=False)
+    SQLiteStore(f"sqlite:///{tmp_path}/made.db").close()  # an existing store opens fine
+    open_store(f"sqlite:///{tmp_path}/made.db", create=False).close()
+
+
+def test_read_only_writes_nothing_and_refuses_writes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    with SQLiteStore(url) as store, store.transaction() as tx:
+        tx.insert_run(run_record())
+        tx.append_audit("run_started", at=1.0, run_id="run-1")
+    before = (tmp_path / "t.db").read_bytes()
+    with SQLiteStore(url, read_only=True) as reader:
+        assert reader.verify_audit().intact
+        assert [r.run_id for r in reader.list_runs()] == ["run-1"]
+        with pytest.raises(ReadOnlyStore), reader.transaction():
+            pass
+        with pytest.raises(ReadOnlyStore):
+            reader.migrate()
+    assert (tmp_path / "t.db").read_bytes() == before
+
+
+def test_read_only_refuses_a_file_that_needs_migrating(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    SQLiteStore(url).close()
+    c = sqlite3.connect(tmp_path / "t.db")
+    c.execute("DELETE FROM schema_migrations WHERE version = ?", (len(MIGRATIONS),))
+    c.commit()
+    c.close()
+    with pytest.raises(StoreError, match="tether migrate"):
+        SQLiteStore(url, read_only=True)

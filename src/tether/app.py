@@ -7,6 +7,9 @@ attribute is an ``App`` or a function of no arguments that returns one.
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,20 +52,59 @@ class App:
         )
 
 
+EXPECTED = "module:attribute naming a tether App, or a function of no arguments returning one"
+
+
 def load_app(reference: str) -> App:
-    """The ``App`` that ``module:attribute`` names."""
+    """The ``App`` that ``module:attribute`` names, imported as uvicorn does: the working
+    directory comes first on the import path, so ``--app myagent:app`` finds ./myagent.py."""
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
-        raise ConfigurationError(f"--app {reference!r} must look like module:attribute")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigurationError(f"cannot import {module_name!r} for --app: {e}") from e
-    try:
-        target = getattr(module, attribute)
-    except AttributeError:
-        raise ConfigurationError(f"module {module_name!r} has no attribute {attribute!r}") from None
-    app = target() if callable(target) and not isinstance(target, App) else target
+        raise ConfigurationError(f"--app {reference!r} is not {EXPECTED}")
+    target = getattr(_import(module_name), attribute, _MISSING)
+    if target is _MISSING:
+        raise ConfigurationError(
+            f"module {module_name!r} has no attribute {attribute!r}; --app wants {EXPECTED}"
+        )
+    app = target if isinstance(target, App) else _call_factory(reference, target)
     if not isinstance(app, App):
-        raise ConfigurationError(f"{reference} is a {type(app).__name__}, not a tether App")
+        raise ConfigurationError(
+            f"--app {reference} gave a {type(app).__name__}, not a tether App; "
+            f"--app wants {EXPECTED}"
+        )
     return app
+
+
+_MISSING = object()
+
+
+def _import(module_name: str) -> Any:
+    cwd = os.getcwd()
+    if not sys.path or sys.path[0] != cwd:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except Exception as e:  # the app's own code: whatever it raises, say so in one sentence
+        raise ConfigurationError(
+            f"importing {module_name!r} for --app failed ({type(e).__name__}: {e}); "
+            "fix the module, or run from the folder that holds it"
+        ) from e
+
+
+def _call_factory(reference: str, target: Any) -> Any:
+    if not callable(target):
+        return target
+    try:
+        inspect.signature(target).bind()
+    except TypeError:
+        raise ConfigurationError(
+            f"--app {reference} needs arguments to be called; --app wants {EXPECTED}"
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins): calling will tell
+        pass
+    try:
+        return target()
+    except Exception as e:
+        raise ConfigurationError(
+            f"--app {reference} raised {type(e).__name__} when called ({e}); --app wants {EXPECTED}"
+        ) from e

@@ -7,7 +7,7 @@ was bound to still matches the call at dispatch time (invariant I5).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
@@ -21,6 +21,8 @@ from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
 )
+from tether.identity import TOKEN_PATTERN
+from tether.screening import CREDENTIAL_PATTERN, REDACTED, SECRET_FIELD_PATTERN, redact
 
 
 class ApprovalStatus(StrEnum):
@@ -102,6 +104,14 @@ class Approval:
     approvers: tuple[str, ...] = ()
     replaced_by: str | None = None
     replaces: str | None = None
+    # The credential that decided (None: trusted in-process code named the approver).
+    approver_credential: str | None = None
+    # The arguments the tool's manifest marks sensitive: masked wherever the approval is
+    # shown, kept in the stored record (it is the exact call a grant lets run).
+    sensitive_fields: tuple[str, ...] = ()
+    # The store key's seal over ``grant_payload``: a grant written straight into the
+    # database, without the key, does not carry a valid one.
+    seal: str | None = None
 
     @classmethod
     def request(
@@ -113,7 +123,9 @@ class Approval:
         now: float,
         ttl_s: float,
         approvers: frozenset[str] = frozenset(),
+        sensitive_fields: Iterable[str] = (),
     ) -> Approval:
+        sensitive = tuple(sorted(set(sensitive_fields)))
         return cls(
             approval_id=approval_id,
             run_id=binding.run_id,
@@ -122,7 +134,7 @@ class Approval:
             tenant=binding.tenant,
             tool=binding.tool,
             tool_version=binding.tool_version,
-            resource=resource_of(binding.tool, binding.arguments),
+            resource=resource_of(binding.tool, binding.arguments, sensitive),
             tool_schema_digest=binding.tool_schema_digest,
             argument_digest=binding.argument_digest,
             call_digest=binding.call_digest,
@@ -132,9 +144,12 @@ class Approval:
             created_at=now,
             expires_at=now + ttl_s,
             approvers=tuple(sorted(approvers)),
+            sensitive_fields=sensitive,
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole record, as the store keeps it: arguments in clear. Never print this;
+        ``public_dict`` is what people and logs see."""
         return {
             "approval_id": self.approval_id,
             "run_id": self.run_id,
@@ -160,45 +175,110 @@ class Approval:
             "approvers": list(self.approvers),
             "replaced_by": self.replaced_by,
             "replaces": self.replaces,
+            "approver_credential": self.approver_credential,
+            "sensitive_fields": list(self.sensitive_fields),
+            "seal": self.seal,
         }
+
+    def public_dict(self, *, reveal: bool = False) -> dict[str, Any]:
+        """The record as shown: sensitive and credential-looking arguments masked (and named
+        in ``redacted``), unless ``reveal`` (which the caller must have authorised)."""
+        data = self.to_dict()
+        data.pop("seal")
+        if reveal:
+            return {**data, "redacted": []}
+        masked, redacted = mask_arguments(self.arguments, self.sensitive_fields)
+        return {**data, "arguments": masked, "redacted": redacted}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Approval:
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         fields["status"] = ApprovalStatus(data["status"])
         fields["approvers"] = tuple(data.get("approvers", ()))
+        fields["sensitive_fields"] = tuple(data.get("sensitive_fields", ()))
         return cls(**fields)
 
 
-def resource_of(tool: str, arguments: Mapping[str, Any]) -> str:
-    """A human label for what the call touches: ``ticket:T-100`` from ``ticket_id``."""
+def mask_arguments(
+    arguments: Mapping[str, Any], sensitive_fields: Iterable[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """``arguments`` with sensitive fields and credential-looking values masked, and the
+    names of what was masked."""
+    masked, redacted = mask_value(dict(arguments), sensitive_fields)
+    return dict(masked), redacted
+
+
+def mask_value(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[str]]:
+    """``screening.redact``, and tether's own tokens too (which it does not know)."""
+    masked, redacted = redact(value, sensitive_fields)
+    found = set(redacted)
+
+    def walk(v: Any, name: str) -> Any:
+        if isinstance(v, Mapping):
+            return {k: walk(item, str(k)) for k, item in v.items()}
+        if isinstance(v, list):
+            return [walk(item, name) for item in v]
+        if isinstance(v, str) and TOKEN_PATTERN.search(v):
+            found.add(name or "(value)")
+            return TOKEN_PATTERN.sub(REDACTED, v)
+        return v
+
+    return walk(masked, ""), sorted(found)
+
+
+def resource_of(
+    tool: str, arguments: Mapping[str, Any], sensitive_fields: Iterable[str] = ()
+) -> str:
+    """A human label for what the call touches: ``ticket:T-100`` from ``ticket_id``. It
+    reaches the audit log in clear, so it never comes from a sensitive field or a value
+    that looks like a credential."""
+    sensitive = set(sensitive_fields)
     for key, value in sorted(arguments.items()):
-        if key.endswith("_id") and isinstance(value, str | int):
-            return f"{key[:-3]}:{value}"
+        if not key.endswith("_id") or not isinstance(value, str | int):
+            continue
+        if key in sensitive or SECRET_FIELD_PATTERN.search(key) or _looks_secret(str(value)):
+            continue
+        return f"{key[:-3]}:{value}"
     return f"tool:{tool}"
 
 
+def _looks_secret(value: str) -> bool:
+    return bool(CREDENTIAL_PATTERN.search(value) or TOKEN_PATTERN.search(value))
+
+
 def check_decider(
-    approval: Approval, *, approver: str, authorized: frozenset[str], now: float
+    approval: Approval,
+    *,
+    approver: str,
+    authorized: frozenset[str],
+    now: float,
+    tenant_allowed: bool = True,
 ) -> None:
-    """Raise unless ``approver`` may decide ``approval`` now."""
+    """Raise unless ``approver`` (an authenticated name) may decide ``approval`` now.
+
+    A refusal names the approver and the approval, never who the approvers are: that list is
+    for an administrator to read in the policy, not for anyone who asks to learn."""
+    aid = approval.approval_id
     if approval.status is not ApprovalStatus.PENDING:
         raise ApprovalStateError(
-            f"approval {approval.approval_id} is already {approval.status.value}; "
+            f"approval {aid} is already {approval.status.value}; "
             "only a pending approval can be decided"
         )
     if now > approval.expires_at:
-        raise ApprovalStateError(
-            f"approval {approval.approval_id} expired; the call must be proposed again"
-        )
+        raise ApprovalStateError(f"approval {aid} expired; the call must be proposed again")
     if approver == approval.actor:
         raise ApproverNotAuthorized(
-            f"{approver} requested this call and cannot approve it; ask another approver"
+            f"{approver} requested this call and cannot decide it; ask another approver"
+        )
+    if not tenant_allowed:
+        raise ApproverNotAuthorized(
+            f"{approver}'s credential is not valid for tenant {approval.tenant}, "
+            f"so it cannot decide approval {aid}; ask an approver of that tenant"
         )
     if approver not in authorized:
         raise ApproverNotAuthorized(
             f"{approver} is not an approver for '{approval.tool}' under policy "
-            f"{approval.policy_version}; approvers are: {', '.join(sorted(authorized)) or 'none'}"
+            f"{approval.policy_version}; ask one of the approvers the policy names"
         )
 
 
@@ -210,17 +290,40 @@ def decide_request(
     authorized: frozenset[str],
     now: float,
     reason: str | None = None,
+    tenant_allowed: bool = True,
+    approver_credential: str | None = None,
 ) -> Approval:
     """The approval after a human decision; refuses anything but a fresh pending request."""
-    check_decider(approval, approver=approver, authorized=authorized, now=now)
+    check_decider(
+        approval, approver=approver, authorized=authorized, now=now, tenant_allowed=tenant_allowed
+    )
     return replace(
         approval,
         status=ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED,
         approver=approver,
+        approver_credential=approver_credential,
         decision="approve" if approve else "deny",
         reason=reason,
         decided_at=now,
     )
+
+
+def grant_payload(approval: Approval) -> dict[str, Any]:
+    """What a grant's seal covers: the exact call, who granted it with which credential,
+    when, until when, under which policy. The status is fixed at "approved": the seal
+    says the grant was made, and using it (status ``used``) does not unmake that."""
+    return {
+        "approval_id": approval.approval_id,
+        "call_digest": approval.call_digest,
+        "argument_digest": approval.argument_digest,
+        "status": ApprovalStatus.APPROVED.value,
+        "decision": approval.decision,
+        "approver": approval.approver,
+        "approver_credential": approval.approver_credential,
+        "decided_at": approval.decided_at,
+        "expires_at": approval.expires_at,
+        "policy_version": approval.policy_version,
+    }
 
 
 def verify_grant(

@@ -1,13 +1,34 @@
-"""``tether audit``: verify the audit log, print its head."""
+"""``tether audit``: verify the log (against a signed checkpoint too), sign checkpoints, print
+heads, and manage the audit key.
+
+Every command here only reads the store (``rotate-key`` aside), so it opens it read-only: it
+works on a read-only copy, never migrates, and never creates a store where a typo pointed.
+Exit codes: 0 intact, 1 not intact, 2 could not check (no store, no key, unreadable file).
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import json
 import sys
+from pathlib import Path
 
 import click
 
-from tether.cli_common import DB_OPTION, JSON_OPTION, open_cli_store
+from tether.audit import AuditReport
+from tether.checkpoint import create_checkpoint, verify_checkpoint
+from tether.cli_common import (
+    DB_OPTION,
+    EXIT_NOT_INTACT,
+    EXIT_OK,
+    JSON_OPTION,
+    StoreUnavailable,
+    open_cli_store,
+)
+from tether.errors import TetherError
+from tether.keys import AuditKeys
 
 
 @click.group()
@@ -18,23 +39,139 @@ def audit() -> None:
 @audit.command("verify")
 @DB_OPTION
 @JSON_OPTION
-def audit_verify(db: str, as_json: bool) -> None:
-    """Replay the hash chain; exit 1 and name the first bad entry if it does not verify."""
-    with open_cli_store(db) as store:
-        report = store.verify_audit()
-    if as_json:
-        click.echo(json.dumps(report.__dict__))
-    elif report.intact:
-        click.echo(report.summary())
-    else:
-        click.echo(report.summary(), err=True)
-    sys.exit(0 if report.intact else 1)
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also prove the log extends this signed checkpoint (`tether audit checkpoint`).",
+)
+@click.option(
+    "--public-key",
+    "public_key",
+    help="Check the checkpoint's signature with only this public key (base64, or a file "
+    "holding it; `tether audit export-key --public`). Entry MACs are then not checked.",
+)
+def audit_verify(
+    db: str, as_json: bool, checkpoint_file: Path | None, public_key: str | None
+) -> None:
+    """Verify the chains, their MACs and the state against the log; exit 1 and say what is
+    wrong if anything does not verify, 2 if it could not be checked."""
+    text = None if checkpoint_file is None else _read(checkpoint_file, "checkpoint")
+    keys = None if public_key is None else _public_keys(public_key)
+    if keys is not None and text is None:
+        raise StoreUnavailable("--public-key checks a checkpoint's signature; give --checkpoint")
+    with open_cli_store(db, create=False, read_only=True, keys=keys) as store:
+        try:
+            report = store.verify_audit() if text is None else verify_checkpoint(store, text)
+        except TetherError as e:
+            raise StoreUnavailable(str(e)) from e
+    _print_report(report, as_json)
+    sys.exit(EXIT_OK if report.intact else EXIT_NOT_INTACT)
+
+
+@audit.command("checkpoint")
+@DB_OPTION
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the checkpoint to this file instead of printing it.",
+)
+def audit_checkpoint(db: str, out: Path | None) -> None:
+    """Print a signed checkpoint of the log (its size and heads). Keep it where the
+    database's writers cannot reach; `tether audit verify --checkpoint FILE` then catches a
+    truncated, rewritten or wiped log. Refuses (exit 1) to sign a log that does not verify."""
+    with open_cli_store(db, create=False, read_only=True) as store:
+        try:
+            report, signed = create_checkpoint(store)
+        except TetherError as e:
+            raise StoreUnavailable(str(e)) from e
+    if signed is None:
+        click.echo(f"not signing a checkpoint: {report.summary()}", err=True)
+        sys.exit(EXIT_NOT_INTACT)
+    if out is None:
+        click.echo(signed, nl=False)
+        return
+    try:
+        out.write_text(signed)
+    except OSError as e:
+        raise StoreUnavailable(f"cannot write {out}: {e.strerror}") from e
+    click.echo(f"checkpoint of {report.entries} entries written to {out}", err=True)
 
 
 @audit.command("head")
 @DB_OPTION
 def audit_head(db: str) -> None:
-    """Print each chain's head; keep a copy elsewhere to detect a rewritten log later."""
-    with open_cli_store(db) as store:
+    """Print each chain's head (`tether audit checkpoint` prints the same, signed)."""
+    with open_cli_store(db, create=False, read_only=True) as store:
         heads = store.audit_heads()
     click.echo(json.dumps({c: {"seq": h.seq, "hash": h.hash} for c, h in sorted(heads.items())}))
+
+
+@audit.command("rotate-key")
+@DB_OPTION
+def audit_rotate_key(db: str) -> None:
+    """Make a new current audit key; older keys stay in the keyring to verify older entries.
+    A keyring from $TETHER_AUDIT_KEY cannot be rewritten: the new one is printed instead, to
+    set on every worker."""
+    with open_cli_store(db, create=False) as store:
+        old = store.keys.key_id
+        try:
+            new = store.rotate_audit_key()
+        except TetherError as e:
+            raise StoreUnavailable(str(e)) from e
+        saved_in = store.key_file
+    if saved_in is None:
+        click.echo(new.export())
+        click.echo(
+            f"audit key rotated: {old} -> {new.key_id}; set TETHER_AUDIT_KEY to the line "
+            "above on every worker (it is secret)",
+            err=True,
+        )
+        return
+    click.echo(f"audit key rotated: {old} -> {new.key_id} in {saved_in} ({old} kept to verify)")
+
+
+@audit.command("export-key")
+@DB_OPTION
+@click.option("--public", "public", is_flag=True, help="Only the public key, for --public-key.")
+def audit_export_key(db: str, public: bool) -> None:
+    """Print the store's keyring as one secret line for TETHER_AUDIT_KEY (workers on other
+    machines need it), or with --public only the key that checks checkpoint signatures."""
+    with open_cli_store(db, create=False, read_only=True) as store:
+        keys = store.keys
+    if public:
+        click.echo(base64.b64encode(keys.public_key).decode())
+        return
+    try:
+        click.echo(keys.export())
+    except TetherError as e:
+        raise StoreUnavailable(str(e)) from e
+
+
+def _print_report(report: AuditReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(report), separators=(",", ":")))
+    elif report.intact:
+        click.echo(report.summary())
+    else:
+        click.echo(report.summary(), err=True)
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise StoreUnavailable(f"cannot read the {what} {path}: {e.strerror}") from e
+    except UnicodeDecodeError:
+        raise StoreUnavailable(f"the {what} {path} is not text") from None
+
+
+def _public_keys(value: str) -> AuditKeys:
+    path = Path(value)
+    text = _read(path, "public key") if path.is_file() else value
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+        return AuditKeys.public_only(raw, source="--public-key")
+    except (binascii.Error, TetherError) as e:
+        raise StoreUnavailable(f"--public-key is not a base64 Ed25519 public key: {e}") from e

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from tether.errors import TetherError
+from tether.keys import AuditKeys
 from tether.store import Store, open_store
 
 DB_OPTION = click.option(
@@ -18,9 +19,23 @@ DB_OPTION = click.option(
 )
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
+# Exit codes of commands that check something: intact, not intact, could not check.
+EXIT_OK, EXIT_NOT_INTACT, EXIT_CANNOT_CHECK = 0, 1, 2
 
-def open_cli_store(db: str) -> Store:
+
+class StoreUnavailable(click.ClickException):
+    """The store could not be opened (missing, malformed URL, unreachable, key lost)."""
+
+    exit_code = EXIT_CANNOT_CHECK
+
+
+def open_cli_store(
+    db: str, *, create: bool = True, read_only: bool = False, keys: AuditKeys | None = None
+) -> Store:
+    """The store ``--db`` names. ``create=False`` for commands that must not make one where
+    a typo pointed; ``read_only=True`` for commands that only look (no migration, no write).
+    Exits 2 with one sentence if it cannot be opened."""
     try:
-        return open_store(db)
+        return open_store(db, create=create, read_only=read_only, keys=keys)
     except TetherError as e:
-        raise click.ClickException(str(e)) from e
+        raise StoreUnavailable(str(e)) from e

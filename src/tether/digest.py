@@ -13,7 +13,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # One encoder for the process: json.dumps with options builds a new encoder on every call.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# allow_nan=False: NaN and infinities are not JSON; refusing them here keeps them out of every
+# digest and every stored row.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def canonical_json(value: Any) -> str:

@@ -20,14 +20,15 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── ApprovalStateError          deciding an approval that is unknown or already decided
     ├── RunStateError               resuming a run that is unknown or already finished
     ├── RunConflict                 another worker holds the run's lease
-    ├── OperationConflict           an operation key reused with different arguments
+    ├── OperationConflict           a call already recorded, proposed again changed
     ├── InvalidTransition           an effect state change the state machine forbids
     ├── ToolFailed                  the tool raised; the effect is recorded as failed
     ├── OutcomeUnknown              the tool timed out (or is still in flight): outcome unknown
     ├── StoreError                  the store cannot do what was asked
     │   └── StaleState              a compare-and-swap lost (someone else wrote first)
     ├── ModelError                  a model provider answered with an error or garbage
-    ├── AuditIntegrityError         the audit chain does not verify
+    ├── IntegrityError              the store's state and its evidence disagree (tampering)
+    ├── InternalError               a bug: tether could not finish a step (nothing half-done)
     └── SandboxError                sandboxed code failed, ran too long or used too much memory
 
     Signal (not an error)
@@ -157,14 +158,17 @@ class RunConflict(TetherError):
 
 
 class OperationConflict(TetherError):
-    """An operation key already recorded with other arguments: never a replay of them."""
+    """A call already recorded, proposed again with something changed (tool, version,
+    schema or arguments): never dispatched again, never a replay of the other call."""
 
-    def __init__(self, operation_key: str) -> None:
+    def __init__(self, operation_key: str, changes: tuple[str, ...] = ("arguments",)) -> None:
         super().__init__(
-            f"operation key {operation_key} was already used with different arguments; "
+            f"this call was already recorded as {operation_key}, and now its "
+            f"{', '.join(changes)} differ; it is never dispatched again: "
             "a new call needs a new call id"
         )
         self.operation_key = operation_key
+        self.changes = changes
 
 
 class InvalidTransition(TetherError):
@@ -178,8 +182,11 @@ class InvalidTransition(TetherError):
 class ToolFailed(TetherError):
     """The tool raised; the effect is recorded as failed."""
 
-    def __init__(self, tool: str, operation_key: str, cause: BaseException) -> None:
-        super().__init__(f"tool '{tool}' failed ({operation_key}): {cause!r}")
+    def __init__(
+        self, tool: str, operation_key: str, cause: BaseException, *, detail: str | None = None
+    ) -> None:
+        # ``detail``: the cause as it may be shown and stored (secrets already removed).
+        super().__init__(f"tool '{tool}' failed ({operation_key}): {detail or repr(cause)}")
         self.tool = tool
         self.operation_key = operation_key
 
@@ -215,8 +222,14 @@ class ModelError(TetherError):
     """The model could not be asked: an HTTP error, a refused key, an unreadable answer."""
 
 
-class AuditIntegrityError(TetherError):
-    pass
+class IntegrityError(TetherError):
+    """The store's state and its evidence disagree: rows were changed, removed or added
+    outside tether. The gate fails closed; ``tether audit verify`` says what changed."""
+
+
+class InternalError(TetherError):
+    """tether could not finish a step because of a bug; the step's transaction was rolled
+    back, so nothing is half-written."""
 
 
 class SandboxError(TetherError):
@@ -234,8 +247,8 @@ class ApprovalRequired(Signal):
         self, approval_id: str, tool: str, arguments: dict[str, Any], expires_at: float
     ) -> None:
         super().__init__(
-            f"'{tool}' needs approval {approval_id} before it runs "
-            f"(tether approvals approve {approval_id} --approver NAME)"
+            f"'{tool}' needs approval {approval_id} before it runs (an approver, with their "
+            f"credential in TETHER_APPROVER_TOKEN: tether approvals approve {approval_id})"
         )
         self.approval_id = approval_id
         self.action_name = tool

@@ -102,6 +102,21 @@ class Effect:
             raise InvalidTransition(self.operation_key, self.status.value, target.value)
         return evolve(self, status=target, updated_at=now, **changes)
 
+    def changes(
+        self, *, tool: str, tool_version: str, schema_digest: str, argument_digest: str
+    ) -> tuple[str, ...]:
+        """What differs between this recorded call and the same call proposed now (I2)."""
+        found = []
+        if tool != self.tool_name:
+            found.append(f"tool ({self.tool_name} -> {tool})")
+        if tool_version != self.tool_version:
+            found.append(f"tool version ({self.tool_version} -> {tool_version})")
+        if self.schema_digest is not None and schema_digest != self.schema_digest:
+            found.append("tool schema")
+        if argument_digest != self.argument_digest:
+            found.append("arguments")
+        return tuple(found)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "operation_key": self.operation_key,

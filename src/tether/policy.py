@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pydantic
 
 from tether.errors import ConfigurationError
+from tether.tenancy import is_missing, tenant_at
 from tether.tools import Manifest, Risk
 
 
@@ -115,6 +116,32 @@ class Policy:
             return rule.approvers
         return self.approvers
 
+    def asks_without_approvers(self, tools: Iterable[Manifest] | None = None) -> list[str]:
+        """What this policy can ask about with no one named to answer it: the tiers and tool
+        rules that ask or, given the registry's manifests, the tools it would ask about."""
+        if tools is None:
+            found = [
+                f"tier {risk.value}"
+                for risk, verdict in sorted(self.tiers.items())
+                if verdict is Verdict.ASK and risk is not Risk.IRREVERSIBLE and not self.approvers
+            ]
+            found += [
+                f"tool {name}"
+                for name, rule in sorted(self.tools.items())
+                if rule.verdict is Verdict.ASK and not self.approvers_for(name)
+            ]
+            return found
+        return sorted(
+            f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
+        )
+
+    def _may_ask(self, manifest: Manifest) -> bool:
+        rule = self.tools.get(manifest.name)
+        verdict = rule.verdict if rule is not None and rule.verdict is not None else None
+        verdict = verdict or self.tiers.get(manifest.risk, Verdict.DENY)
+        irreversible = manifest.risk is Risk.IRREVERSIBLE and verdict is Verdict.ALLOW
+        return verdict is Verdict.ASK or irreversible
+
     @classmethod
     def from_toml(cls, source: str | Path) -> Policy:
         """Load a policy file; ``source`` is a path or the TOML text itself."""
@@ -191,11 +218,7 @@ def _denials(
     scope = manifest.required_scope
     if scope is not None and scope not in principal.scopes:
         denials.append(f"missing scope {scope}")
-    if "tenant" in arguments and arguments["tenant"] != principal.tenant:
-        denials.append(
-            f"argument tenant {arguments['tenant']!r} is not the principal's "
-            f"tenant {principal.tenant!r}"
-        )
+    denials.extend(_tenant_denials(principal, manifest, arguments))
     if manifest.allowed_tenants is not None and principal.tenant not in manifest.allowed_tenants:
         denials.append(f"tenant {principal.tenant!r} is not allowed to use this tool")
     rule = policy.tools.get(manifest.name)
@@ -205,6 +228,25 @@ def _denials(
             if problem is not None:
                 denials.append(problem)
     return denials
+
+
+def _tenant_denials(
+    principal: Principal, manifest: Manifest, arguments: Mapping[str, Any]
+) -> list[str]:
+    path = manifest.tenant_parts
+    if path is None:
+        return []
+    value = tenant_at(arguments, path)
+    if is_missing(value):
+        # The gate fills a missing tenant from the principal, so only a caller that skipped
+        # that step gets here; without a tenant the call cannot be bound to one.
+        return [f"argument {manifest.tenant_path} (the tenant) is missing"]
+    if value != principal.tenant:
+        return [
+            f"argument {manifest.tenant_path} {value!r} is not the principal's "
+            f"tenant {principal.tenant!r}"
+        ]
+    return []
 
 
 class _ConstraintSpec(pydantic.BaseModel):
@@ -231,6 +273,17 @@ class _PolicyFile(pydantic.BaseModel):
     tools: dict[str, _ToolSpec] = {}
 
     def to_policy(self) -> Policy:
+        policy = self._build()
+        unanswerable = policy.asks_without_approvers()
+        if unanswerable:
+            raise ConfigurationError(
+                f"policy {self.version} asks for approval ({', '.join(unanswerable)}) but names "
+                "no approver for it, so those calls would wait forever; add approvers = [...] "
+                "or make them allow or deny"
+            )
+        return policy
+
+    def _build(self) -> Policy:
         return Policy(
             version=self.version,
             approvers=frozenset(self.approvers),

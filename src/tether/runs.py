@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -43,13 +43,17 @@ from tether.errors import (
     OutcomeUnknown,
     RunConflict,
     RunStateError,
+    Signal,
     StaleState,
+    TetherError,
     ToolFailed,
 )
 from tether.gate import Gate, ToolCall
+from tether.limits import argument_problems
 from tether.models import Message, Model, ModelToolCall
 from tether.policy import Principal
 from tether.reconcile import Reconciled, Settlement, reconcile_run
+from tether.screening import redact, scrub, secret_values
 from tether.state import RunState
 from tether.store.base import RunRecord, StepRecord, Store, Tx
 
@@ -204,11 +208,32 @@ class Runner:
             if any(r.settlement is Settlement.UNRESOLVED for r in self.reconciled):
                 return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION)
             return self._drive(run_id)
+        except (TetherError, Signal):
+            # Store trouble, a lost lease: the run can be resumed once it clears.
+            self._release(run_id)
+            raise
+        except Exception as e:
+            # A bug would raise again at every resume, leaving the run "running" with
+            # nothing that can move it: fail it, saying why.
+            self._fail(run_id, e)
+            raise RunStateError(
+                f"run {run_id} failed on an internal error ({e!r}); it is marked failed "
+                "with that reason (see `tether runs show`): start a new run, and please "
+                "report the bug"
+            ) from e
         except BaseException:
             self._release(run_id)
             raise
         finally:
             heartbeat.stop()
+
+    def _fail(self, run_id: str, error: Exception) -> None:
+        try:
+            turn = int(self.gate.run_state(run_id).extra.get("turns", 0))
+            self._record(run_id, steps=[("error", f"internal error: {error!r}"[:2000])], turn=turn)
+            self._finish(run_id, RunStatus.FAILED)
+        except Exception:
+            self._release(run_id)  # the store itself is failing: leave it to recovery
 
     # -- leases ------------------------------------------------------------------------------
     def _claim(self, run_id: str) -> None:
@@ -225,6 +250,11 @@ class Runner:
         if record is None:
             raise RunStateError(f"no run {run_id}; see `tether runs list`")
         status = RunStatus(record.status)
+        if not RunState.load(record).extra.get("messages"):
+            raise RunStateError(
+                f"run {run_id} has no conversation: it was started with Gate.start_run and is "
+                "driven call by call by its own code, so there is nothing here to resume"
+            )
         if status is RunStatus.RUNNING and record.lease_owner == self.worker:
             return  # claimed for us already (a worker takes the lease as it picks the run)
         if status.finished:
@@ -302,6 +332,7 @@ class Runner:
             except ModelError as e:
                 self._record(run_id, steps=[("error", f"model: {e}")], turn=turn)
                 return self._finish(run_id, RunStatus.FAILED)
+            reply = _storable(reply)
             crash_point("runs.after_model_reply")
             steps = [] if reply.tool_calls else [("final", reply.content)]
             self._record(run_id, messages=[reply], steps=steps, turn=turn, turns=turn + 1)
@@ -343,14 +374,15 @@ class Runner:
             steps.append(("tool_error", f"{tc.name}: {tc.parse_error}"))
             return _error(tc, "invalid_arguments", message=tc.parse_error)
         call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
+        shown = _Shown(self.gate, tc.name, tc.arguments)
         note = ""
         approval = self.gate.approval_for(run_id, tc.id)
         if approval is not None and approval.status is ApprovalStatus.EDITED:
             edited = self._edited(approval)
             call = ToolCall(call_id=edited.call_id, tool=tc.name, arguments=dict(edited.arguments))
             approval = edited
-            edited_args = canonical_json(dict(edited.arguments))
-            note = f"[arguments edited by {edited.approver}: {edited_args}]\n"
+            shown = _Shown(self.gate, tc.name, edited.arguments)
+            note = f"[arguments edited by {edited.approver}: {shown.arguments}]\n"
         if approval is not None:
             if approval.status is ApprovalStatus.PENDING:
                 return approval.approval_id
@@ -363,9 +395,7 @@ class Runner:
             try:
                 outcome = self.gate.call(run_id, call)
             except ApprovalRequired as signal:
-                steps.append(
-                    ("approval_required", f"{tc.name}({canonical_json(dict(tc.arguments))})")
-                )
+                steps.append(("approval_required", f"{tc.name}({shown.arguments})"))
                 if self.approver is None:
                     return signal.approval_id
                 self._decide_inline(signal.approval_id, tc, steps)
@@ -373,20 +403,18 @@ class Runner:
         except ApprovalDenied as e:
             steps.append(("approval_denied", tc.name + (f": {e.reason}" if e.reason else "")))
             return _error(tc, "approval_denied", reason=e.reason)
-        except (Denied, InvalidArguments, BudgetExceeded, OperationConflict) as e:
-            steps.append(("tool_error", f"{tc.name}: {e}"))
-            return _error(tc, type(e).__name__, message=str(e))
-        except ToolFailed as e:
-            steps.append(("tool_error", f"{tc.name}: {e}"))
-            return _error(tc, type(e).__name__, message=str(e))
+        except (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed) as e:
+            # Error messages quote what they reject, secrets included: scrub before they are
+            # stored as a step or shown to the model.
+            message = shown.scrub(str(e))
+            steps.append(("tool_error", f"{tc.name}: {message}"))
+            return _error(tc, type(e).__name__, message=message)
         except OutcomeUnknown as e:
             # Never guessed, never retried here: the run stops until the effect is settled
             # (by reconciliation once this call's worker is gone, or by a human).
             steps.append(("outcome_unknown", f"{tc.name}: {e}"))
             return f"{_UNSETTLED}{e.operation_key}"
-        steps.append(
-            ("tool_call", f"{tc.name}({canonical_json(dict(call.arguments))}) -> {outcome.text}")
-        )
+        steps.append(("tool_call", f"{tc.name}({shown.arguments}) -> {outcome.text}"))
         return Message(role="tool", content=note + outcome.text, tool_call_id=tc.id)
 
     def _decide_inline(
@@ -493,6 +521,39 @@ class Runner:
 
 
 _UNSETTLED = "unsettled:"
+
+
+def _storable(reply: Message) -> Message:
+    """The model's reply as it can be stored: a call whose arguments no JSON can hold
+    (thousands of levels deep, NaN, non-string keys) keeps its id and name but carries the
+    problem as a parse error, which the model is answered with, instead of arguments that
+    would break the write of the conversation itself."""
+    if not any(argument_problems(tc.arguments) for tc in reply.tool_calls):
+        return reply
+    calls = []
+    for tc in reply.tool_calls:
+        problems = argument_problems(tc.arguments)
+        error = "; ".join(problems)[:500]
+        calls.append(ModelToolCall(id=tc.id, name=tc.name, parse_error=error) if problems else tc)
+    return replace(reply, tool_calls=tuple(calls))
+
+
+class _Shown:
+    """A call's arguments as a run's steps may show them: sensitive fields and
+    credential-looking values masked (steps are printed by `tether runs show`)."""
+
+    def __init__(self, gate: Gate, tool: str, arguments: Mapping[str, Any]) -> None:
+        known = gate.registry.find(tool)
+        fields = known.manifest.sensitive_fields if known is not None else frozenset()
+        try:
+            self.arguments = canonical_json(redact(dict(arguments), fields)[0])
+            self.secrets = secret_values(arguments, fields)
+        except (ValueError, TypeError, RecursionError):
+            # Arguments that are not JSON at all: the gate refuses them; show nothing.
+            self.arguments, self.secrets = "(arguments that are not JSON)", []
+
+    def scrub(self, text: str) -> str:
+        return str(redact(scrub(text, self.secrets))[0])
 
 
 def _open_turn(messages: list[Message]) -> Message | None:

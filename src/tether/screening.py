@@ -93,7 +93,8 @@ CREDENTIAL_PATTERN = re.compile(
     r"(sk-[A-Za-z0-9_\-]{16,}|sk-ant-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-[A-Za-z0-9\-]{10,}"
     r"|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|(?i:bearer\s+[A-Za-z0-9._\-]{16,}))"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|(?i:bearer\s+[A-Za-z0-9._\-]{16,})"
+    r"|tth_[A-Za-z0-9_\-]{20,})"  # tether's own approver and principal credentials
 )
 # Field names that hold secrets whatever their value looks like.
 SECRET_FIELD_PATTERN = re.compile(

@@ -45,6 +45,7 @@ def seed000(store: Store, say: Say = _quiet) -> dict[str, Any]:
         required_scope="ticket:write",
         allowed_tenants={"acme"},
         server_id="support-write",
+        tenant_path="tenant",
     )
     def close_ticket(tenant: str, ticket_id: str, operation_key: str) -> dict[str, Any]:
         """Close a support ticket."""

@@ -4,8 +4,9 @@ A manifest is everything the gate needs to judge a call before it runs: the JSON
 arguments, the risk tier, the scope and tenants it needs, what it may cost. Its
 ``schema_digest`` names exactly what the model was shown; pinning that digest means a tool that
 changes under an agent (a new description, a widened schema) is refused until someone reviews
-it and pins it again. A pin holds the ``manifest_digest``: the schema digest plus the risk
-tier, scope, tenants, cost and sensitive fields.
+it and pins it again. A pin holds the ``manifest_digest``: the schema digest plus every field
+that changes what a call may do (risk tier, scope, tenants and where the tenant sits, cost,
+sensitive fields, result cap, timeout, compensation).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pydantic
 
 from tether.digest import digest
 from tether.errors import ConfigurationError, InvalidArguments, ManifestDriftError, UnknownToolError
+from tether.tenancy import has_property, split_path, tenant_like_arguments
 
 
 class Risk(StrEnum):
@@ -69,6 +71,10 @@ class Manifest:
     # stop waiting after that many seconds and record the outcome as unknown.
     timeout_s: float | None = None
     compensation: str | None = None
+    # Where the tenant sits in the arguments ("tenant", "query.tenant"), or False for a tool
+    # that is not tenant-scoped; see tether.tenancy.
+    tenant_path: str | None = None
+    tenant_scoped: bool | None = None
     schema_digest: str = field(init=False)
     manifest_digest: str = field(init=False)
 
@@ -84,6 +90,7 @@ class Manifest:
                 f"tool '{self.name}' has an invalid schema: {e.message}"
             ) from e
         object.__setattr__(self, "risk", Risk.parse(self.risk))
+        self._check_tenancy()
         object.__setattr__(self, "schema_digest", self.compute_digest())
         # What a pin covers: the schema digest and every field that changes how the gate
         # treats the tool, so a quiet downgrade from irreversible to read is drift too.
@@ -102,9 +109,41 @@ class Manifest:
                     "cost": self.cost,
                     "sensitive_fields": sorted(self.sensitive_fields),
                     "compensation": self.compensation,
+                    "timeout_s": self.timeout_s,
+                    "tenant_path": self.tenant_path,
+                    "tenant_scoped": self.tenant_scoped,
                 }
             ),
         )
+
+    def _check_tenancy(self) -> None:
+        if self.tenant_path is not None:
+            if self.tenant_scoped is False:
+                raise ConfigurationError(
+                    f"tool '{self.name}' names tenant_path {self.tenant_path!r} but says "
+                    "tenant_scoped=False; keep one"
+                )
+            path = split_path(self.tenant_path)
+            if not has_property(self.parameters, path):
+                raise ConfigurationError(
+                    f"tool '{self.name}': tenant_path {self.tenant_path!r} is not an argument "
+                    "in its schema; name the argument that holds the tenant"
+                )
+            return
+        if self.tenant_scoped is None:
+            found = tenant_like_arguments(self.parameters)
+            if found:
+                raise ConfigurationError(
+                    f"tool '{self.name}' has an argument that looks like a tenant "
+                    f"({', '.join(found)}) but its manifest does not say where the tenant is; "
+                    f"declare tenant_path={found[0]!r}, or tenant_scoped=False if it is not "
+                    "tenant data"
+                )
+
+    @property
+    def tenant_parts(self) -> tuple[str, ...] | None:
+        """The tenant's path in the arguments, split; None for a tool not tenant-scoped."""
+        return None if self.tenant_path is None else split_path(self.tenant_path)
 
     def compute_digest(self) -> str:
         return digest(
@@ -131,6 +170,9 @@ class Manifest:
             "max_result_bytes": self.max_result_bytes,
             "cost": self.cost,
             "sensitive_fields": sorted(self.sensitive_fields),
+            "timeout_s": self.timeout_s,
+            "tenant_path": self.tenant_path,
+            "tenant_scoped": self.tenant_scoped,
         }
 
 

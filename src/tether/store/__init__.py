@@ -1,29 +1,40 @@
-"""Stores: one contract (``Store``), a memory reference and SQLite; chosen by URL."""
+"""Stores: one contract (``Store``), a memory reference, SQLite and PostgreSQL; chosen by URL."""
 
 from __future__ import annotations
 
 import os
 
 from tether.errors import ConfigurationError
-from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.keys import AuditKeys
+from tether.store.base import ReadOnlyStore, RunRecord, StepRecord, Store, StoreMissing, Tx
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 
 DEFAULT_URL = "sqlite:///tether.db"
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(
+    url: str | None = None,
+    *,
+    create: bool = True,
+    read_only: bool = False,
+    keys: AuditKeys | None = None,
+) -> Store:
     """The store a URL names: ``sqlite:///path``, ``postgresql://…``, ``memory://``;
-    default ``$TETHER_DB``."""
+    default ``$TETHER_DB``.
+
+    ``create=False`` refuses a store that does not exist yet (``StoreMissing``) instead of
+    making one; ``read_only=True`` (which implies it) also migrates and writes nothing."""
     url = url or os.environ.get("TETHER_DB") or DEFAULT_URL
+    create = create and not read_only
     if url.startswith("memory:"):
-        return MemoryStore()
+        return MemoryStore(keys=keys)
     if url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
-        return SQLiteStore(url)
+        return SQLiteStore(url, create=create, read_only=read_only, keys=keys)
     if url.startswith(("postgresql://", "postgres://")):
         from tether.store.postgres import PostgresStore  # needs the postgres extra
 
-        return PostgresStore(url)
+        return PostgresStore(url, create=create, read_only=read_only, keys=keys)
     raise ConfigurationError(
         f"no store for URL {url!r}; use sqlite:///path/to/tether.db, "
         "postgresql://user@host/db or memory://"
@@ -33,10 +44,12 @@ def open_store(url: str | None = None) -> Store:
 __all__ = [
     "DEFAULT_URL",
     "MemoryStore",
+    "ReadOnlyStore",
     "RunRecord",
     "SQLiteStore",
     "StepRecord",
     "Store",
+    "StoreMissing",
     "Tx",
     "open_store",
 ]

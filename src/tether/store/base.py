@@ -4,21 +4,53 @@ All writes happen inside ``Store.transaction()``: the gate changes an effect, a 
 approval, and appends the audit entry recording it, in one transaction (invariant I4), so a
 crash leaves either all of it or none. Backends implement the small ``_``-prefixed primitives;
 the rules (compare-and-swap on run versions, status checks on effects and approvals, chaining
-audit entries) live here once, so every backend enforces them the same way.
+and authenticating audit entries, remembering the digest of every row written so the next
+entry records it) live here once, so every backend enforces them the same way.
+
+A store is opened with its audit keyring (``tether.keys``); ``Store._attach_keys`` finds it,
+creates one only for a writer opening a store that records none, and refuses a store whose
+recorded key the ring lacks.
 """
 
 from __future__ import annotations
 
 import abc
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from tether import keys as keyring
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, make_entry, verify_chains
+from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, make_entry
+from tether.digest import canonical_json, sha256_hex
 from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
+from tether.evidence import (
+    APPROVAL,
+    EFFECT,
+    RUN,
+    Evidence,
+    approval_digest,
+    effect_digest,
+    verify_evidence,
+)
+from tether.keys import AuditKeyMissing, AuditKeys
 from tether.ledger import Effect, EffectStatus
+
+# tether_meta keys
+STORE_ID = "store_id"  # names the store in checkpoints and in its default key file
+AUDIT_KEY_ID = "audit_key_id"  # the current audit key; a ring without it cannot open the store
+
+
+class StoreMissing(StoreError):
+    """There is no tether store where a command that must not create one looked."""
+
+
+class ReadOnlyStore(StoreError):
+    """A write was attempted on a store opened read-only."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +123,11 @@ class CredentialRecord:
 class Tx(abc.ABC):
     """One open transaction. Public methods enforce the contract; backends fill in the rest."""
 
+    def __init__(self, keys: AuditKeys) -> None:
+        self.keys = keys
+        # Digests of the rows written since the last audit entry: the next entry records them.
+        self._touched: dict[str, str] = {}
+
     # -- runs --------------------------------------------------------------------------------
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -120,6 +157,9 @@ class Tx(abc.ABC):
     def insert_run(self, run: RunRecord) -> None:
         if not self._insert_run(run):
             raise StoreError(f"run {run.run_id} already exists; choose another run id")
+        # The row as created; runs change without entries (leases, counters), so verifying
+        # checks only that the run exists.
+        self._touched[RUN + run.run_id] = sha256_hex(canonical_json(run.to_dict()))
 
     def update_run(self, run: RunRecord, **changes: Any) -> RunRecord:
         """Write ``run`` (with ``changes``) if the stored version is still
@@ -155,6 +195,7 @@ class Tx(abc.ABC):
     def insert_effect(self, effect: Effect) -> None:
         if not self._insert_effect(effect):
             raise OperationConflict(effect.operation_key)
+        self._touched[EFFECT + effect.operation_key] = effect_digest(effect)
 
     def update_effect(self, effect: Effect, expected: EffectStatus) -> None:
         if not self._cas_effect(effect, expected):
@@ -164,6 +205,7 @@ class Tx(abc.ABC):
                 "missing" if current is None else current.status.value,
                 effect.status.value,
             )
+        self._touched[EFFECT + effect.operation_key] = effect_digest(effect)
 
     @abc.abstractmethod
     def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
@@ -211,6 +253,7 @@ class Tx(abc.ABC):
     def insert_approval(self, approval: Approval) -> None:
         if not self._insert_approval(approval):
             raise StoreError(f"approval {approval.approval_id} already exists")
+        self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
         if not self._cas_approval(approval, expected):
@@ -218,6 +261,7 @@ class Tx(abc.ABC):
                 f"approval {approval.approval_id} changed while it was being decided; "
                 "list it again and retry"
             )
+        self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
 
     # -- audit -------------------------------------------------------------------------------
     def append_audit(
@@ -235,7 +279,10 @@ class Tx(abc.ABC):
         if head is None and chain not in (MAIN, CHAINS):
             # A new chain is recorded first, so that losing it whole is detectable.
             self._append(CHAINS, "chain_started", at, None, None, {"chain": chain}, ())
-        return self._append(chain, kind, at, run_id, actor, data or {}, redactions, head)
+        rows = self._touched
+        if rows:
+            self._touched = {}
+        return self._append(chain, kind, at, run_id, actor, data or {}, redactions, head, rows)
 
     def _append(
         self,
@@ -247,6 +294,7 @@ class Tx(abc.ABC):
         data: Mapping[str, Any],
         redactions: tuple[str, ...] | list[str],
         head: AuditHead | None = None,
+        rows: Mapping[str, str] | None = None,
     ) -> AuditEntry:
         entry = make_entry(
             head if head is not None else self._audit_head(chain),
@@ -257,6 +305,8 @@ class Tx(abc.ABC):
             actor=actor,
             data=data,
             redactions=redactions,
+            rows=rows,
+            keys=self.keys,
         )
         self._insert_audit(entry)
         self._set_audit_head(chain, AuditHead(entry.seq, entry.hash))
@@ -265,6 +315,23 @@ class Tx(abc.ABC):
     def audit_chain(self, run_id: str | None) -> str:
         """Which chain an entry goes to: one chain unless a backend shards by run."""
         return MAIN
+
+    def record_rows(self, digests: Mapping[str, str]) -> None:
+        """Have the next entry record these rows as they are (adopting a store's state)."""
+        self._touched.update(digests)
+
+    def authenticate_unkeyed(self) -> int:
+        """MAC every entry that has none with the current key (trust on first use, for a log
+        made before audit keys); how many there were."""
+        unkeyed = self._unkeyed_audit()
+        for chain, seq, hashed in unkeyed:
+            key_id, mac = self.keys.mac(hashed)
+            self._set_audit_mac(chain, seq, key_id, mac)
+        return len(unkeyed)
+
+    def lock_setup(self) -> None:  # noqa: B027 - SQLite runs one writer at a time anyway
+        """Serialise stores being set up (their keys adopted) at once, where the backend
+        does not already run one writer at a time."""
 
     # -- backend primitives ------------------------------------------------------------------
     # Inserts return False when the key exists (the backend's own unique constraint decides,
@@ -321,11 +388,24 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def _set_audit_head(self, chain: str, head: AuditHead) -> None: ...
 
+    @abc.abstractmethod
+    def _unkeyed_audit(self) -> list[tuple[str, int, str]]:
+        """``(chain, seq, hash)`` of every entry without a MAC."""
+
+    @abc.abstractmethod
+    def _set_audit_mac(self, chain: str, seq: int, key_id: str, mac: str) -> None: ...
+
 
 class Store(abc.ABC):
     """A durable home for runs, effects, approvals and the audit log."""
 
+    # Backends set these as they open (no class defaults: a wrapper store forwarding
+    # attributes to the store it wraps must find them there).
     url: str
+    keys: AuditKeys
+    store_id: str | None
+    read_only: bool
+    key_file: Path | None  # the file the keyring came from or was made in: rotation saves it
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[Tx]:
@@ -333,6 +413,11 @@ class Store(abc.ABC):
 
     def read(self) -> AbstractContextManager[Tx]:
         """A transaction for reading; backends may make it cheaper than a write."""
+        return self.transaction()
+
+    def _setup_transaction(self) -> AbstractContextManager[Tx]:
+        """The write transaction the store sets itself up in as it opens: the backend's own,
+        so that a subclass wrapping ``transaction()`` is not called half-constructed."""
         return self.transaction()
 
     @abc.abstractmethod
@@ -360,8 +445,123 @@ class Store(abc.ABC):
     def audit_head(self, chain: str = MAIN) -> AuditHead | None:
         return self.audit_heads().get(chain)
 
+    def state_digests(self) -> dict[str, str]:
+        """Every effect, approval and run row, keyed as audit entries record them
+        (``effect:<key>``...), with its digest (``tether.evidence``). SQL backends digest the
+        rows as stored instead, so that a row no longer readable as a record still counts."""
+        return {
+            **{EFFECT + e.operation_key: effect_digest(e) for e in self.list_effects()},
+            **{APPROVAL + a.approval_id: approval_digest(a) for a in self.list_approvals()},
+            **{RUN + r.run_id: "" for r in self.list_runs()},
+        }
+
+    def evidence(self) -> Evidence:
+        """The log, its heads and the state, read in one snapshot where the backend can."""
+        return Evidence(list(self.audit_entries()), self.audit_heads(), self.state_digests())
+
     def verify_audit(self) -> AuditReport:
-        return verify_chains(self.audit_entries(), self.audit_heads())
+        """Verify the chains and their MACs, then check the state against the log. Raises
+        ``AuditKeyMissing`` if there is a log but no key to check it with."""
+        return verify_evidence(self.evidence(), self.keys)
+
+    # -- the audit key -----------------------------------------------------------------------
+    def default_key_path(self, store_id: str | None) -> Path | None:
+        """Where this store's key file lives unless ``$TETHER_AUDIT_KEY_FILE`` says."""
+        return None
+
+    def _attach_keys(self, keys: AuditKeys | None) -> None:
+        """Find (or, for a writer opening a store that records none, make) the keyring, and
+        record it in the store. Called once by each backend as it opens."""
+        self.key_file = None
+        with self.read() as tx:
+            self.store_id, recorded = tx.get_meta(STORE_ID), tx.get_meta(AUDIT_KEY_ID)
+        if self.store_id is None and not self.read_only:
+            self.store_id = self._ensure_store_id()
+        self.keys = keys if keys is not None else self._find_keys(recorded)
+        if self.read_only and not self.keys.key_ids and self.keys.public_key:
+            return  # a public key only: enough to check checkpoint signatures, not MACs
+        if recorded is not None and not self.keys.has(recorded):
+            raise AuditKeyMissing(
+                f"audit key {recorded} is not in {self.keys.source}; restore the key file"
+            )
+        if not self.read_only and recorded != self.keys.key_id:
+            self._adopt_keys()
+
+    def _ensure_store_id(self) -> str:
+        with self._setup_transaction() as tx:
+            if tx.get_meta(STORE_ID) is None:
+                tx._insert_meta(STORE_ID, uuid.uuid4().hex[:16])  # a racing opener may win
+            found = tx.get_meta(STORE_ID)
+        assert found is not None
+        return found
+
+    def _find_keys(self, recorded: str | None) -> AuditKeys:
+        default = self.default_key_path(self.store_id)
+        found = keyring.find_keys(default)
+        path = keyring.key_file(default)
+        if found is not None:
+            self.key_file = path if found.source == str(path) else None
+            return found
+        looked = keyring.where(default)
+        if recorded is not None:
+            raise AuditKeyMissing(f"audit key {recorded} is not in {looked}; restore the key file")
+        if self.read_only:  # a reader makes no key; verifying a non-empty log will say so
+            return AuditKeys.empty(
+                f"there is no audit key for {self.url} in {looked}; if the store was made "
+                "before audit keys, open it once with a writer (`tether migrate`) to adopt one"
+            )
+        if path is None:
+            return AuditKeys.ephemeral()  # nowhere to keep one: a database in memory
+        self._refuse_if_keyed(looked)
+        self.key_file = path
+        return keyring.create_key_file(path)
+
+    def _refuse_if_keyed(self, looked: str) -> None:
+        """Never make a new key for a log some key already authenticates (its record in
+        ``tether_meta`` was lost): that would be silently trusting whatever is there."""
+        used = sorted({e.key_id for e in self.audit_entries() if e.key_id is not None})
+        if used:
+            raise AuditKeyMissing(
+                f"the audit log is authenticated with key {used[0]}, which is not in {looked}, "
+                "and the store records no key; restore the key file"
+            )
+
+    def _adopt_keys(self) -> None:
+        """Record the ring's current key. A log with no authenticated entry (made before
+        keys existed) is authenticated now, with its state: trust on first use, recorded."""
+        now = time.time()
+        with self._setup_transaction() as tx:
+            tx.lock_setup()
+            recorded = tx.get_meta(AUDIT_KEY_ID)
+            if recorded == self.keys.key_id:
+                return  # another opener did it first
+            tx.set_meta(AUDIT_KEY_ID, self.keys.key_id)
+            if recorded is not None:
+                change = {"from": recorded, "to": self.keys.key_id}
+                tx.append_audit("audit_key_changed", at=now, data=change)
+                return
+            entries = list(self.audit_entries())
+            if entries and all(e.mac is None for e in entries):
+                count = tx.authenticate_unkeyed()
+                tx.record_rows(self.state_digests())
+                adopted = {"key_id": self.keys.key_id, "entries": count, "trust": "first use"}
+                tx.append_audit("audit_key_adopted", at=now, data=adopted)
+
+    def rotate_audit_key(self) -> AuditKeys:
+        """A new current audit key, saved where the ring came from (a key file) before the
+        store records it; old keys stay in the ring to verify old entries. Returns the new
+        ring (to hand out as ``$TETHER_AUDIT_KEY`` when it did not come from a file)."""
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.url} is open read-only; cannot rotate its key")
+        old, new = self.keys, self.keys.rotated()
+        if self.key_file is not None:
+            keyring.save_key_file(self.key_file, new)
+        self.keys = new
+        with self.transaction() as tx:
+            tx.set_meta(AUDIT_KEY_ID, new.key_id)
+            data = {"from": old.key_id, "to": new.key_id}
+            tx.append_audit("audit_key_rotated", at=time.time(), data=data)
+        return new
 
     def close(self) -> None:  # noqa: B027 - optional for backends with nothing to release
         """Release connections; the store must not be used afterwards."""

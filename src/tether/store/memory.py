@@ -2,7 +2,8 @@
 
 A transaction holds a lock and writes through an undo log: each write remembers what it
 replaced, and rolling back replays the log backwards. (Copying the tables at every
-transaction would make each call cost more than the last.)
+transaction would make each call cost more than the last.) Its audit keyring is random and
+lives as long as the store, unless one is given.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import MAIN, AuditEntry, AuditHead
+from tether.evidence import APPROVAL, EFFECT, RUN, Evidence, approval_digest, effect_digest
+from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
 from tether.store.base import CredentialRecord, RunRecord, StepRecord, Store, Tx
 
@@ -45,7 +48,8 @@ _ABSENT = object()
 
 
 class MemoryTx(Tx):
-    def __init__(self, tables: _Tables) -> None:
+    def __init__(self, tables: _Tables, keys: AuditKeys) -> None:
+        super().__init__(keys)
         self.t = tables
         self.undo: list[Any] = []
 
@@ -55,6 +59,8 @@ class MemoryTx(Tx):
                 self.t.audit.pop()
             elif isinstance(entry, tuple) and entry[0] == "head":
                 self.t.head = entry[1]
+            elif isinstance(entry, tuple) and entry[0] == "mac":
+                self.t.audit[entry[1]] = entry[2]
             else:
                 table, key, previous = entry
                 if previous is _ABSENT:
@@ -206,19 +212,31 @@ class MemoryTx(Tx):
         self.undo.append(("head", self.t.head))
         self.t.head = head
 
+    def _unkeyed_audit(self) -> list[tuple[str, int, str]]:
+        return [(e.chain, e.seq, e.hash) for e in self.t.audit if e.mac is None]
+
+    def _set_audit_mac(self, chain: str, seq: int, key_id: str, mac: str) -> None:
+        for i, entry in enumerate(self.t.audit):
+            if (entry.chain, entry.seq) == (chain, seq):
+                self.undo.append(("mac", i, entry))
+                self.t.audit[i] = replace(entry, key_id=key_id, mac=mac)
+
 
 class MemoryStore(Store):
     """The reference store, in memory: the contract with nothing else in the way."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keys: AuditKeys | None = None) -> None:
         self.url = "memory://"
+        self.read_only = False
         self._tables = _Tables()
         self._lock = threading.RLock()
+        self.keys = keys if keys is not None else AuditKeys.ephemeral()
+        self._attach_keys(self.keys)
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
         with self._lock:
-            tx = MemoryTx(self._tables)
+            tx = MemoryTx(self._tables, self.keys)
             try:
                 yield tx
             except BaseException:
@@ -259,3 +277,16 @@ class MemoryStore(Store):
     def audit_heads(self) -> dict[str, AuditHead]:
         head = self._tables.head
         return {} if head is None else {MAIN: head}
+
+    def evidence(self) -> Evidence:
+        with self._lock:
+            return super().evidence()
+
+    def state_digests(self) -> dict[str, str]:
+        with self._lock:
+            t = self._tables
+            return {
+                **{EFFECT + k: effect_digest(e) for k, e in t.effects.items()},
+                **{APPROVAL + k: approval_digest(a) for k, a in t.approvals.items()},
+                **dict.fromkeys((RUN + k for k in t.runs), ""),
+            }

@@ -13,19 +13,28 @@ trail is still detected: each chain is recorded, when it starts, in the ``_chain
 
 ``postgresql://user@host:5432/db?schema=name`` puts tether's tables in that schema (created
 if missing); other parameters go to libpq unchanged.
+
+Opening first probes the server with one plain connection (3 s timeout), so an unreachable or
+refusing server is one sentence saying why, not a pool retrying in the background. Opened
+``read_only``, every transaction is READ ONLY and nothing is migrated. The audit keyring's
+default file is ``$XDG_CONFIG_HOME/tether/keys/<store id>.key``: the database names the store,
+the key stays on the machine (or in ``$TETHER_AUDIT_KEY`` for workers on several).
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.errors import ConfigurationError, StoreError
-from tether.store.base import RunRecord, Tx
+from tether.keys import NO_KEYS, AuditKeys, config_key_path
+from tether.store.base import ReadOnlyStore, RunRecord, StoreMissing, Tx
 from tether.store.sql import (
     RUN_COLUMNS,
     SQLStore,
@@ -141,6 +150,14 @@ MIGRATIONS: list[str] = [
 ]
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+PROBE_TIMEOUT_S = 3
+
+# The pool logs every failed connection attempt as a warning; the probe has already said why
+# in one sentence. Quiet unless the application has configured the logger itself.
+_POOL_LOG = logging.getLogger("psycopg.pool")
+if _POOL_LOG.level == logging.NOTSET:
+    _POOL_LOG.setLevel(logging.CRITICAL)
 
 
 class PostgresTx(SQLTx):
@@ -189,8 +206,8 @@ class PostgresTx(SQLTx):
         # The entry and its chain's new head in one statement: one round trip, not two.
         self.c.execute(
             "WITH entry AS ("
-            " INSERT INTO audit_log (chain, seq, kind, run_id, prev_hash, hash, body)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s))"
+            " INSERT INTO audit_log (chain, seq, kind, run_id, prev_hash, hash, body, key_id, mac)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s))"
             " UPDATE audit_heads SET seq = %s, hash = %s WHERE chain = %s",
             (
                 entry.chain,
@@ -200,6 +217,8 @@ class PostgresTx(SQLTx):
                 entry.prev_hash,
                 entry.hash,
                 entry.body,
+                entry.key_id,
+                entry.mac,
                 entry.seq,
                 entry.hash,
                 entry.chain,
@@ -208,6 +227,40 @@ class PostgresTx(SQLTx):
 
     def _set_audit_head(self, chain: str, head: AuditHead) -> None:
         pass  # done by _insert_audit, in the same statement
+
+    def _unkeyed_audit(self) -> list[tuple[str, int, str]]:
+        rows = self._all("SELECT chain, seq, hash FROM audit_log WHERE mac IS NULL", ())
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def _set_audit_mac(self, chain: str, seq: int, key_id: str, mac: str) -> None:
+        self.c.execute(
+            "UPDATE audit_log SET key_id = %s, mac = %s WHERE chain = %s AND seq = %s",
+            (key_id, mac, chain, seq),
+        )
+
+    def lock_setup(self) -> None:
+        # Workers starting at once on a new store: one adopts its key, the others wait.
+        self.c.execute("SELECT pg_advisory_xact_lock(hashtext('tether-audit-key'))")
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def probe(conninfo: str) -> None:
+    """Fail fast, in one sentence, if the server cannot be reached or refuses us."""
+    try:
+        with psycopg.connect(conninfo, connect_timeout=PROBE_TIMEOUT_S) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {safe_url(conninfo)}: {_one_line(e)}"
+        ) from None
 
 
 def split_url(url: str) -> tuple[str, str | None]:
@@ -227,29 +280,86 @@ class PostgresStore(SQLStore):
     MARK = "%s"
     EFFECT_ORDER = "operation_key"
     APPROVAL_ORDER = "seq"
+    AUDIT_SELECT = (
+        "SELECT chain, seq, kind, run_id, prev_hash, hash, body, key_id, mac FROM audit_log "
+        "ORDER BY id"
+    )
+    HEADS_SELECT = "SELECT chain, seq, hash FROM audit_heads"
 
-    def __init__(self, url: str, *, max_connections: int = 8, connect_timeout_s: float = 10):
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_connections: int = 8,
+        connect_timeout_s: float = 10,
+        create: bool = True,
+        read_only: bool = False,
+        keys: AuditKeys | None = None,
+    ):
         self.url = url
+        self.read_only = read_only
+        self.keys = NO_KEYS  # until _attach_keys finds the store's own; reading needs none
         conninfo, self.schema = split_url(url)
+        probe(conninfo)
+        self._pool = self._open_pool(conninfo, max_connections, connect_timeout_s)
+        try:
+            if read_only or not create:
+                self._check_schema(current_only=read_only)
+            if not read_only:
+                self.migrate()
+            self._attach_keys(keys)
+        except BaseException:
+            self._pool.close()
+            raise
 
+    def _open_pool(
+        self, conninfo: str, max_connections: int, timeout: float
+    ) -> psycopg_pool.ConnectionPool[Any]:
         def configure(conn: psycopg.Connection[Any]) -> None:
             if self.schema is not None:
                 conn.execute(f'SET search_path TO "{self.schema}"')
-                conn.commit()
+            if self.read_only:
+                conn.execute("SET default_transaction_read_only = on")
+            conn.commit()
 
         try:
-            self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
                 conninfo,
                 min_size=1,
                 max_size=max_connections,
                 configure=configure,
-                timeout=connect_timeout_s,
+                timeout=timeout,
                 open=False,
             )
-            self._pool.open(wait=True, timeout=connect_timeout_s)
+            pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise StoreError(f"cannot connect to PostgreSQL at {conninfo}: {e}") from e
-        self.migrate()
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {safe_url(conninfo)}: {_one_line(e)}"
+            ) from None
+        return pool
+
+    def _check_schema(self, *, current_only: bool) -> None:
+        """A command that must not create a store needs tether's tables to be there; one
+        that only reads also needs them current (it migrates nothing)."""
+        with self._pool.connection() as conn:
+            row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+            if not (row and row[0]):
+                raise StoreMissing(f"no tether store at {safe_url(self.url)}")
+            found = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
+            version = found.fetchone()
+        current = int(version[0]) if version else 0
+        if current_only and current != len(MIGRATIONS):
+            raise StoreError(
+                f"the database has schema version {current}, this tether {len(MIGRATIONS)}: "
+                + (
+                    "upgrade tether"
+                    if current > len(MIGRATIONS)
+                    else "run `tether migrate` before reading it read-only"
+                )
+            )
+
+    def default_key_path(self, store_id: str | None) -> Path | None:
+        return None if store_id is None else config_key_path(store_id)
 
     @property
     def schema_version(self) -> int:
@@ -259,11 +369,14 @@ class PostgresStore(SQLStore):
 
     def migrate(self) -> int:
         """Apply the migrations this database lacks; concurrent migrators take turns."""
+        if self.read_only:
+            raise ReadOnlyStore(f"{safe_url(self.url)} is open read-only; cannot migrate it")
         try:
             with self._pool.connection() as conn, conn.transaction():
+                # The lock first: two CREATE SCHEMA IF NOT EXISTS at once can still collide.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether-migrate'))")
                 if self.schema is not None:
                     conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether-migrate'))")
                 conn.execute(
                     "CREATE TABLE IF NOT EXISTS schema_migrations "
                     "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
@@ -284,16 +397,40 @@ class PostgresStore(SQLStore):
                         (version,),
                     )
         except psycopg.Error as e:
-            raise StoreError(f"cannot migrate {self.url}: {e}") from e
+            raise StoreError(f"cannot migrate {safe_url(self.url)}: {_one_line(e)}") from e
         return len(MIGRATIONS)
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
+        if self.read_only:
+            raise ReadOnlyStore(f"{safe_url(self.url)} is open read-only; nothing can be written")
+        with self._tx() as tx:
+            yield tx
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self._tx() as tx:
+            yield tx
+
+    def _setup_transaction(self) -> AbstractContextManager[Tx]:
+        return self._tx()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Tx]:
         try:
             with self._pool.connection() as conn, conn.transaction():
-                yield PostgresTx(conn)
+                yield PostgresTx(conn, self.keys)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
-            raise StoreError(f"PostgreSQL transaction failed: {e}") from e
+            raise StoreError(f"PostgreSQL transaction failed: {_one_line(e)}") from e
+
+    def _snapshot(self, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+        # REPEATABLE READ: every query sees the database as of the first one.
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                return [conn.execute(q).fetchall() for q in queries]
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
+            raise StoreError(f"PostgreSQL query failed: {_one_line(e)}") from e
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
@@ -301,20 +438,20 @@ class PostgresStore(SQLStore):
                 rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
                 return rows
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
-            raise StoreError(f"PostgreSQL query failed: {e}") from e
+            raise StoreError(f"PostgreSQL query failed: {_one_line(e)}") from e
 
-    def audit_entries(self) -> Iterator[AuditEntry]:
-        rows = self._query(
-            "SELECT chain, seq, kind, run_id, prev_hash, hash, body FROM audit_log ORDER BY id"
+    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
+        return AuditEntry(
+            chain=row[0],
+            seq=row[1],
+            kind=row[2],
+            run_id=row[3],
+            prev_hash=row[4],
+            hash=row[5],
+            body=row[6],
+            key_id=row[7],
+            mac=row[8],
         )
-        for r in rows:
-            yield AuditEntry(
-                chain=r[0], seq=r[1], kind=r[2], run_id=r[3], prev_hash=r[4], hash=r[5], body=r[6]
-            )
-
-    def audit_heads(self) -> dict[str, AuditHead]:
-        rows = self._query("SELECT chain, seq, hash FROM audit_heads")
-        return {r[0]: AuditHead(r[1], r[2]) for r in rows}
 
     def close(self) -> None:
         self._pool.close()

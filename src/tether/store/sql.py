@@ -1,22 +1,31 @@
-"""What the SQL backends (SQLite, PostgreSQL) share: how records map to rows, and the
-listing queries, which differ only in their placeholder and tie-break column."""
+"""What the SQL backends (SQLite, PostgreSQL) share: how records map to rows, the listing
+queries, which differ only in their placeholder and tie-break column, and reading the evidence
+(log, heads and row digests) in one snapshot."""
 
 from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
+from tether.audit import AuditEntry, AuditHead
 from tether.digest import canonical_json
+from tether.evidence import (
+    APPROVAL,
+    APPROVAL_COLUMNS,
+    EFFECT,
+    EFFECT_COLUMNS,
+    RUN,
+    Evidence,
+    effect_cells,
+    row_digest,
+)
+from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
 from tether.store.base import CredentialRecord, RunRecord, StepRecord, Store, Tx
 
-EFFECT_COLUMNS = (
-    "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
-    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at, "
-    "schema_digest"
-)
 CREDENTIAL_COLUMNS = "credential_id, name, kind, token_hash, record_json, created_at, revoked_at"
 RUN_COLUMNS = (
     "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
@@ -44,24 +53,7 @@ def effect_from_row(row: tuple[Any, ...]) -> Effect:
     )
 
 
-def effect_row(e: Effect) -> tuple[Any, ...]:
-    return (
-        e.operation_key,
-        e.run_id,
-        e.call_id,
-        e.tool_name,
-        e.tool_version,
-        e.argument_digest,
-        e.status.value,
-        e.result_digest,
-        e.external_reference,
-        e.result_json,
-        e.error,
-        e.attempts,
-        e.created_at,
-        e.updated_at,
-        e.schema_digest,
-    )
+effect_row = effect_cells  # the row is what its digest covers, column for column
 
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
@@ -111,14 +103,41 @@ def approval_filter(
 
 
 class SQLStore(Store):
-    """Listing, written once for both SQL backends."""
+    """Listing and reading the evidence, written once for both SQL backends."""
 
     MARK = "?"  # the driver's placeholder
     EFFECT_ORDER = "rowid"  # what breaks a tie in created_at, in insertion order
     APPROVAL_ORDER = "rowid"
+    AUDIT_SELECT = ""  # every audit entry in append order, as ``audit_entry`` reads it
+    HEADS_SELECT = ""  # every chain's head as (chain, seq, hash)
 
     @abc.abstractmethod
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+    @abc.abstractmethod
+    def _snapshot(self, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+        """The rows of each query, all read in one snapshot of the database."""
+
+    @abc.abstractmethod
+    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry: ...
+
+    def audit_entries(self) -> Iterator[AuditEntry]:
+        for row in self._query(self.AUDIT_SELECT):
+            yield self.audit_entry(row)
+
+    def audit_heads(self) -> dict[str, AuditHead]:
+        return {r[0]: AuditHead(r[1], r[2]) for r in self._query(self.HEADS_SELECT)}
+
+    def evidence(self) -> Evidence:
+        log, heads, *state = self._snapshot([self.AUDIT_SELECT, self.HEADS_SELECT, *STATE_QUERIES])
+        return Evidence(
+            [self.audit_entry(r) for r in log],
+            {r[0]: AuditHead(r[1], r[2]) for r in heads},
+            state_digests(*state),
+        )
+
+    def state_digests(self) -> dict[str, str]:
+        return state_digests(*(self._query(q) for q in STATE_QUERIES))
 
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
         where, params = (f"WHERE status = {self.MARK}", (status,)) if status else ("", ())
@@ -153,6 +172,25 @@ class SQLStore(Store):
         return [Approval.from_dict(json.loads(r[0])) for r in rows]
 
 
+STATE_QUERIES = (
+    f"SELECT {EFFECT_COLUMNS} FROM agent_effects",
+    f"SELECT {APPROVAL_COLUMNS} FROM approvals",
+    "SELECT run_id FROM agent_runs",
+)
+
+
+def state_digests(
+    effects: list[tuple[Any, ...]], approvals: list[tuple[Any, ...]], runs: list[tuple[Any, ...]]
+) -> dict[str, str]:
+    """Row digests straight from the rows as stored: a row edited into something that no
+    longer parses as a record is still just a row whose digest does not match."""
+    return {
+        **{EFFECT + str(r[0]): row_digest(r) for r in effects},
+        **{APPROVAL + str(r[0]): row_digest(r) for r in approvals},
+        **{RUN + str(r[0]): "" for r in runs},
+    }
+
+
 def approval_from_row(row: tuple[Any, ...] | None) -> Approval | None:
     return None if row is None else Approval.from_dict(json.loads(row[0]))
 
@@ -165,7 +203,8 @@ class SQLTx(Tx):
     MARK = "?"
     APPROVAL_ORDER = "rowid"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, keys: AuditKeys) -> None:
+        super().__init__(keys)
         self.c = conn
 
     def _x(self, sql: str, params: tuple[Any, ...] = ()) -> Any:

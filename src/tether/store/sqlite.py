@@ -5,21 +5,30 @@ or a restart could run a side effect twice. ``?synchronous=normal`` in the URL o
 surviving process crashes only. Write transactions start with ``BEGIN IMMEDIATE`` so two
 processes never both read a run and then both try to write it; the loser waits up to
 ``busy_timeout`` and then gets a clear error.
+
+Opened ``read_only``, the file is opened with ``mode=ro`` and nothing is migrated or written,
+not even the WAL pragma; a file that is itself read-only (or in a read-only folder) is opened
+``immutable=1``, which needs no ``-shm`` file beside it. The audit keyring is by default the
+file beside the database: ``tether.db`` -> ``tether.db.key``.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from tether.audit import MAIN, AuditEntry, AuditHead
 from tether.errors import ConfigurationError, StoreError
-from tether.store.base import Tx
+from tether.keys import NO_KEYS, AuditKeys
+from tether.store.base import ReadOnlyStore, StoreMissing, Tx
 from tether.store.sql import (
     SQLStore,
     SQLTx,
@@ -141,13 +150,29 @@ class SQLiteTx(SQLTx):
 
     def _insert_audit(self, entry: AuditEntry) -> None:
         self.c.execute(
-            "INSERT INTO audit_log (seq, kind, run_id, prev_hash, hash, body) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (entry.seq, entry.kind, entry.run_id, entry.prev_hash, entry.hash, entry.body),
+            "INSERT INTO audit_log (seq, kind, run_id, prev_hash, hash, body, key_id, mac) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                entry.seq,
+                entry.kind,
+                entry.run_id,
+                entry.prev_hash,
+                entry.hash,
+                entry.body,
+                entry.key_id,
+                entry.mac,
+            ),
         )
 
     def _set_audit_head(self, chain: str, head: AuditHead) -> None:
         pass  # the audit_head_follows trigger has already done it
+
+    def _unkeyed_audit(self) -> list[tuple[str, int, str]]:
+        rows = self.c.execute("SELECT seq, hash FROM audit_log WHERE mac IS NULL").fetchall()
+        return [(MAIN, r[0], r[1]) for r in rows]
+
+    def _set_audit_mac(self, chain: str, seq: int, key_id: str, mac: str) -> None:
+        self.c.execute("UPDATE audit_log SET key_id = ?, mac = ? WHERE seq = ?", (key_id, mac, seq))
 
 
 def statements(script: str) -> list[str]:
@@ -164,11 +189,13 @@ def statements(script: str) -> list[str]:
 
 
 def path_from_url(url: str) -> str:
-    """``sqlite:///rel.db`` is relative, ``sqlite:////abs/x.db`` absolute; a bare path works."""
+    """``sqlite:///rel.db`` is relative, ``sqlite:////abs/x.db`` absolute; a bare path works.
+    Anything else that starts ``sqlite:`` is refused rather than guessed at: ``sqlite:/x.db``
+    would otherwise make a folder named ``sqlite:``."""
     if url.startswith("sqlite:///"):
         rest = url[len("sqlite:///") :]
-    elif url.startswith("sqlite://"):
-        rest = url[len("sqlite://") :]
+    elif url.startswith("sqlite:"):
+        raise ConfigurationError(_malformed(url))
     else:
         rest = url
     path = rest.split("?", 1)[0]
@@ -177,13 +204,77 @@ def path_from_url(url: str) -> str:
     return path
 
 
+def _malformed(url: str) -> str:
+    given = url[len("sqlite:") :].split("?", 1)[0]
+    name = given.lstrip("/") or "path/to/tether.db"
+    if given.startswith("//"):
+        return (
+            f"SQLite URL {url!r} is ambiguous: write sqlite:////{name} for /{name}, or "
+            f"sqlite:///{name} for {name} relative to the working directory"
+        )
+    if given.startswith("/"):
+        return (
+            f"malformed SQLite URL {url!r}: an absolute path takes four slashes, sqlite:////{name}"
+        )
+    return (
+        f"malformed SQLite URL {url!r}: write sqlite:///{name} for a path relative to the "
+        "working directory, or sqlite:////abs/path.db for an absolute one"
+    )
+
+
+def _read_only_file(path: str) -> bool:
+    """Whether the file or its folder cannot be written (by permission bits too, which
+    ``os.access`` ignores for root)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for p in (path, folder):
+        if not os.access(p, os.W_OK) or not os.stat(p).st_mode & (stat.S_IWUSR | stat.S_IWGRP):
+            return True
+    return False
+
+
+def _connect_read_only(path: str, timeout: float) -> sqlite3.Connection:
+    """Open without writing. ``mode=ro`` sees a live writer's WAL but needs a ``-shm`` file
+    it may have to create; ``immutable=1`` needs nothing beside the file but ignores any WAL,
+    so it is the fallback for a read-only file or folder that has none to miss."""
+    uri = "file:" + quote(os.path.abspath(path))
+    has_wal = os.path.exists(path + "-wal") and os.path.getsize(path + "-wal") > 0
+    if has_wal or not _read_only_file(path):
+        conn = _connect_uri(f"{uri}?mode=ro", timeout)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.Error:
+            conn.close()  # no -shm file and no right to make one
+    return _connect_uri(f"{uri}?mode=ro&immutable=1", timeout)
+
+
+def _connect_uri(uri: str, timeout: float) -> sqlite3.Connection:
+    return sqlite3.connect(
+        uri, uri=True, isolation_level=None, check_same_thread=False, timeout=timeout
+    )
+
+
 class SQLiteStore(SQLStore):
     """The store in one SQLite file (WAL); see the module docstring for durability."""
 
+    AUDIT_SELECT = (
+        "SELECT seq, kind, run_id, prev_hash, hash, body, key_id, mac FROM audit_log ORDER BY rowid"
+    )
+    HEADS_SELECT = "SELECT 'main', seq, hash FROM audit_head WHERE id = 1"
+
     def __init__(
-        self, url: str, *, synchronous: str | None = None, busy_timeout_s: float | None = None
+        self,
+        url: str,
+        *,
+        synchronous: str | None = None,
+        busy_timeout_s: float | None = None,
+        create: bool = True,
+        read_only: bool = False,
+        keys: AuditKeys | None = None,
     ):
         self.url = url
+        self.read_only = read_only
+        self.keys = NO_KEYS  # until _attach_keys finds the store's own; reading needs none
         query = dict(part.split("=", 1) for part in url.partition("?")[2].split("&") if "=" in part)
         mode = (synchronous or query.get("synchronous", "full")).upper()
         if busy_timeout_s is None:
@@ -196,18 +287,70 @@ class SQLiteStore(SQLStore):
         if mode not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigurationError(f"synchronous must be full, normal or extra, not {mode!r}")
         self.path = path_from_url(url)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        in_memory = self.path == ":memory:"
+        if not in_memory and (read_only or not create) and not os.path.isfile(self.path):
+            where = os.path.abspath(self.path)
+            raise StoreMissing(f"no tether store at {where}; check --db or $TETHER_DB")
+        self._conn = self._connect(mode, busy_timeout_s)
+        self._lock = threading.RLock()
         try:
-            self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+            if read_only:
+                self._check_schema()
+            else:
+                if not create and not in_memory and not self._has_tables():
+                    raise StoreMissing(
+                        f"{self.path} is not a tether store (it has no tether tables)"
+                    )
+                self.migrate()
+            self._attach_keys(keys)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self, mode: str, timeout: float) -> sqlite3.Connection:
+        try:
+            if self.read_only and self.path != ":memory:":
+                return _connect_read_only(self.path, timeout)
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=timeout
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={mode}")
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={mode}")
+            except BaseException:
+                conn.close()
+                raise
+            return conn
         except sqlite3.Error as e:
             raise StoreError(f"cannot open SQLite database {self.path}: {e}") from e
-        self._lock = threading.RLock()
-        self.migrate()
+
+    def _has_tables(self) -> bool:
+        row = self._conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        ).fetchone()
+        return bool(row[0])
+
+    def _check_schema(self) -> None:
+        """Opening read-only migrates nothing, so the file must already be current."""
+        if not self._has_tables():
+            raise StoreMissing(f"{self.path} is not a tether store (it has no tether tables)")
+        current = self.schema_version
+        if current != len(MIGRATIONS):
+            newer = current > len(MIGRATIONS)
+            raise StoreError(
+                f"{self.path} has schema version {current}, "
+                + (
+                    f"newer than this tether ({len(MIGRATIONS)}); upgrade tether"
+                    if newer
+                    else f"older than this tether's {len(MIGRATIONS)}; upgrade it with "
+                    "`tether migrate` before reading it read-only"
+                )
+            )
+
+    def default_key_path(self, store_id: str | None) -> Path | None:
+        return None if self.path == ":memory:" else Path(self.path + ".key")
 
     @property
     def schema_version(self) -> int:
@@ -216,6 +359,8 @@ class SQLiteStore(SQLStore):
 
     def migrate(self) -> int:
         """Apply the migrations this file lacks; returns the schema version."""
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only; cannot migrate it")
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -244,30 +389,48 @@ class SQLiteStore(SQLStore):
                 raise
         return len(MIGRATIONS)
 
+    def transaction(self) -> AbstractContextManager[Tx]:
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only; nothing can be written")
+        return self._write()
+
+    def _setup_transaction(self) -> AbstractContextManager[Tx]:
+        return self._write()
+
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
+    def _write(self) -> Iterator[Tx]:
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
                 raise StoreError(f"cannot start a transaction on {self.path}: {e}") from e
             try:
-                yield SQLiteTx(self._conn)
+                yield SQLiteTx(self._conn, self.keys)
+            except sqlite3.Error as e:
+                self._rollback()
+                # The driver's own words keep the cause ("database or disk is full").
+                raise StoreError(f"{self.path}: {e}; nothing was written") from e
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as e:
-                self._conn.execute("ROLLBACK")
-                raise StoreError(f"commit failed on {self.path}: {e}") from e
+                self._rollback()
+                raise StoreError(f"commit failed on {self.path}: {e}; nothing was written") from e
+
+    def _rollback(self) -> None:
+        # SQLite rolls back by itself on some errors (a full disk, for one); a second
+        # ROLLBACK would then raise "no transaction is active" and hide the real cause.
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                yield SQLiteTx(self._conn)
+                yield SQLiteTx(self._conn, self.keys)
             finally:
                 self._conn.execute("ROLLBACK")
 
@@ -275,16 +438,29 @@ class SQLiteStore(SQLStore):
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
-    def audit_entries(self) -> Iterator[AuditEntry]:
-        rows = self._query(
-            "SELECT seq, kind, run_id, prev_hash, hash, body FROM audit_log ORDER BY rowid"
-        )
-        for r in rows:
-            yield AuditEntry(seq=r[0], kind=r[1], run_id=r[2], prev_hash=r[3], hash=r[4], body=r[5])
+    def _snapshot(self, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+        # One read transaction: WAL gives it one snapshot, whatever writers commit meanwhile.
+        with self._lock:
+            in_tx = self._conn.in_transaction
+            if not in_tx:
+                self._conn.execute("BEGIN")
+            try:
+                return [self._conn.execute(q).fetchall() for q in queries]
+            finally:
+                if not in_tx:
+                    self._conn.execute("ROLLBACK")
 
-    def audit_heads(self) -> dict[str, AuditHead]:
-        rows = self._query("SELECT seq, hash FROM audit_head WHERE id = 1")
-        return {MAIN: AuditHead(rows[0][0], rows[0][1])} if rows else {}
+    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
+        return AuditEntry(
+            seq=row[0],
+            kind=row[1],
+            run_id=row[2],
+            prev_hash=row[3],
+            hash=row[4],
+            body=row[5],
+            key_id=row[6],
+            mac=row[7],
+        )
 
     def close(self) -> None:
         with self._lock:
