@@ -24,12 +24,15 @@ from tether.approvals import (
 from tether.decisions import approval_audit, decide_approval, edit_approval
 from tether.demo import TicketWorld, build
 from tether.digest import canonical_json
-from tether.errors import ApprovalStateError, ApproverNotAuthorized
-from tether.identity import (
+from tether.errors import (
+    ApprovalStateError,
+    ApproverNotAuthorized,
     CredentialMissing,
     CredentialRefused,
-    Identity,
     IdentityError,
+)
+from tether.identity import (
+    Identity,
     add_identity,
     authenticate,
     list_identities,

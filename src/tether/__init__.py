@@ -10,6 +10,7 @@ from tether.errors import (
     BudgetExceeded,
     Denied,
     HumanApprovalRequired,
+    IntegrityError,
     InvalidArguments,
     ModelError,
     OperationConflict,
@@ -25,6 +26,7 @@ from tether.errors import (
 )
 from tether.gate import Gate, Outcome, Result, ToolCall
 from tether.harness import AgentHarness, PermissionLevel, RegisteredAction, RollbackCoordinator
+from tether.identity import Identity
 from tether.ledger import Effect, EffectStatus, operation_key
 from tether.models import Message, Model, ModelToolCall
 from tether.models.scripted import ScriptedModel
@@ -52,6 +54,8 @@ __all__ = [
     "EffectStatus",
     "Gate",
     "HumanApprovalRequired",
+    "Identity",
+    "IntegrityError",
     "InvalidArguments",
     "Manifest",
     "MemoryStore",

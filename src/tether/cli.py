@@ -42,14 +42,14 @@ from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
     ConfigurationError,
+    CredentialRefused,
+    IdentityError,
     RunStateError,
     TetherError,
 )
 from tether.identity import (
     TOKEN_ENV,
-    CredentialRefused,
     Identity,
-    IdentityError,
     Kind,
     Registered,
     add_identity,

@@ -25,8 +25,14 @@ from tether.approvals import (
     grant_payload,
 )
 from tether.crash import crash_point
-from tether.errors import ApprovalStateError, InvalidArguments, PolicyDenied, StoreError
-from tether.identity import CredentialRefused, Identity
+from tether.errors import (
+    ApprovalStateError,
+    CredentialRefused,
+    InvalidArguments,
+    PolicyDenied,
+    StoreError,
+)
+from tether.identity import Identity
 from tether.limits import argument_problems
 from tether.policy import Policy, Verdict, decide
 from tether.screening import screen_arguments, scrub, secret_values

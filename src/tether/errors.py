@@ -6,7 +6,10 @@ wait for a human) are kept apart from failures: they are not errors, and code th
 
     TetherError
     ├── ConfigurationError          a registry, policy or URL that cannot be used
+    │   └── IdentityError           a registration or token file that cannot be used
     ├── Denied                      the gate refused the call (also a PermissionError)
+    │   ├── CredentialRefused       a credential unknown, revoked, malformed or of another kind
+    │   ├── CredentialMissing       an action that needs a credential, asked without one
     │   ├── UnknownToolError        the tool is not in the registry
     │   ├── ManifestDriftError      the tool's manifest no longer matches its pin
     │   ├── PolicyDenied            the policy said deny (reasons attached)
@@ -54,6 +57,19 @@ class Denied(TetherError, PermissionError):
     def __init__(self, message: str, *, reasons: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.reasons = reasons
+
+
+class CredentialRefused(Denied):
+    """A credential that is unknown, revoked, malformed or of the wrong kind. The message is
+    the same in every case, so a refusal says nothing about who is registered."""
+
+
+class CredentialMissing(Denied):
+    """An action that needs a credential was asked for without one."""
+
+
+class IdentityError(ConfigurationError):
+    """A registration or a token file that cannot be used as given."""
 
 
 class UnknownToolError(Denied):

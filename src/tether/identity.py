@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tether.digest import canonical_json
-from tether.errors import ConfigurationError, Denied
+from tether.errors import CredentialMissing, CredentialRefused, IdentityError
 from tether.policy import Principal
 
 if TYPE_CHECKING:  # store.base imports approvals, which imports this module's token pattern
@@ -46,19 +46,6 @@ _ID_PREFIX = "cred"
 # (search), for redaction.
 TOKEN_PATTERN = re.compile(r"tth_(cred-[0-9a-f]{16})_([A-Za-z0-9_\-]{43})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+\-]{0,127}")
-
-
-class CredentialRefused(Denied):
-    """A credential that is unknown, revoked, malformed or of the wrong kind. The message is
-    the same in every case, so a refusal says nothing about who is registered."""
-
-
-class CredentialMissing(Denied):
-    """An action that needs a credential was asked for without one."""
-
-
-class IdentityError(ConfigurationError):
-    """A registration or a token file that cannot be used as given."""
 
 
 @dataclass(frozen=True, kw_only=True)
