@@ -56,3 +56,19 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     b = Backend(request.param, tmp_path)
     yield b
     b.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _keys_in_a_temporary_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """PostgreSQL stores keep their audit key under $XDG_CONFIG_HOME/tether/keys: point it
+    at a temporary folder (children inherit it), so tests leave no keys in the real home."""
+    import os
+
+    home = tmp_path_factory.mktemp("config-home")
+    saved = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(home)
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = saved

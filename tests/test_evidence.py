@@ -32,11 +32,11 @@ from tether.checkpoint import (
     parse_checkpoint,
     verify_checkpoint,
 )
-from tether.errors import ApprovalRequired, ConfigurationError
+from tether.errors import ApprovalRequired, AuditKeyMissing, ConfigurationError, StoreMissing
 from tether.gate import Gate, ToolCall
-from tether.keys import AuditKeyMissing, AuditKeys
+from tether.keys import AuditKeys
 from tether.policy import Policy, Principal
-from tether.store import MemoryStore, Store, StoreMissing, open_store
+from tether.store import MemoryStore, Store, open_store
 from tether.store.base import AUDIT_KEY_ID
 from tether.tools import Manifest, Registry, Risk
 

@@ -9,8 +9,8 @@ import pytest
 
 from tests.pg import schema_url
 from tests.store_contract import StoreContract
-from tether.errors import StoreError
-from tether.store import ReadOnlyStore, Store, StoreMissing, open_store
+from tether.errors import ReadOnlyStore, StoreError, StoreMissing
+from tether.store import Store, open_store
 
 
 @pytest.fixture(autouse=True)

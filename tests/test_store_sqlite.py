@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.store_contract import StoreContract, run_record
-from tether.errors import ConfigurationError, StoreError
-from tether.store import ReadOnlyStore, SQLiteStore, Store, StoreMissing, open_store
+from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
+from tether.store import SQLiteStore, Store, open_store
 from tether.store.sqlite import MIGRATIONS
 
 

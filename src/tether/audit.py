@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.digest import canonical_json, sha256_hex
-from tether.keys import AuditKeyMissing, AuditKeys
+from tether.errors import AuditKeyMissing
+from tether.keys import AuditKeys
 
 GENESIS = "0" * 64
 MAIN = "main"  # the single chain of a store that keeps one

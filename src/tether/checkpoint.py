@@ -29,7 +29,7 @@ from urllib.parse import quote, unquote
 
 from tether.audit import MAIN, AuditHead, AuditReport
 from tether.digest import canonical_json
-from tether.errors import ConfigurationError
+from tether.errors import CheckpointUnreadable
 from tether.evidence import Evidence, verify_evidence
 from tether.keys import AuditKeys
 from tether.store.base import Store
@@ -38,10 +38,6 @@ ORIGIN_PREFIX = "tether/"
 SIGNATURE_PREFIX = "\u2014 "  # an em dash and a space begin a signed-note signature line
 _ED25519 = b"\x01"  # signed-note's signature type for Ed25519
 _NAME_SAFE = "-_.:@+~"  # run ids stay readable; spaces and newlines are escaped
-
-
-class CheckpointUnreadable(ConfigurationError):
-    """The file is not a tether checkpoint (or not one this version can read)."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ wait for a human) are kept apart from failures: they are not errors, and code th
 
     TetherError
     ├── ConfigurationError          a registry, policy or URL that cannot be used
-    │   └── IdentityError           a registration or token file that cannot be used
+    │   ├── IdentityError           a registration or token file that cannot be used
+    │   ├── AuditKeyMissing         the audit key a store or entry names is not to be found
+    │   └── CheckpointUnreadable    a file that is not a tether checkpoint
     ├── Denied                      the gate refused the call (also a PermissionError)
     │   ├── CredentialRefused       a credential unknown, revoked, malformed or of another kind
     │   ├── CredentialMissing       an action that needs a credential, asked without one
@@ -28,6 +30,8 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── ToolFailed                  the tool raised; the effect is recorded as failed
     ├── OutcomeUnknown              the tool timed out (or is still in flight): outcome unknown
     ├── StoreError                  the store cannot do what was asked
+    │   ├── StoreMissing            no store where a command that must not create one looked
+    │   ├── ReadOnlyStore           a write to a store opened read-only
     │   └── StaleState              a compare-and-swap lost (someone else wrote first)
     ├── ModelError                  a model provider answered with an error or garbage
     ├── IntegrityError              the store's state and its evidence disagree (tampering)
@@ -70,6 +74,14 @@ class CredentialMissing(Denied):
 
 class IdentityError(ConfigurationError):
     """A registration or a token file that cannot be used as given."""
+
+
+class AuditKeyMissing(ConfigurationError):
+    """The key an entry, a seal or the store names is not in the keyring that was found."""
+
+
+class CheckpointUnreadable(ConfigurationError):
+    """The file is not a tether checkpoint (or not one this version can read)."""
 
 
 class UnknownToolError(Denied):
@@ -220,7 +232,15 @@ class OutcomeUnknown(TetherError):
 
 
 class StoreError(TetherError):
-    pass
+    """The store cannot do what was asked; the message keeps the driver's own words."""
+
+
+class StoreMissing(StoreError):
+    """There is no tether store where a command that must not create one looked."""
+
+
+class ReadOnlyStore(StoreError):
+    """A write was attempted on a store opened read-only."""
 
 
 class StaleState(StoreError):

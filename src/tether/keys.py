@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.digest import canonical_json
-from tether.errors import ConfigurationError
+from tether.errors import AuditKeyMissing, ConfigurationError
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -43,10 +43,6 @@ ENV_KEYRING = "TETHER_AUDIT_KEY"
 ENV_KEY_FILE = "TETHER_AUDIT_KEY_FILE"
 FORMAT = "tether-audit-keyring/1"
 _SECRET_BYTES = 32  # an HMAC secret; an Ed25519 private key is a 32-byte seed too
-
-
-class AuditKeyMissing(ConfigurationError):
-    """The key an entry, a seal or the store names is not in the keyring that was found."""
 
 
 def key_id_of(secret: bytes) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, ReadOnlyStore, StoreMissing
 from tether.keys import AuditKeys
-from tether.store.base import ReadOnlyStore, RunRecord, StepRecord, Store, StoreMissing, Tx
+from tether.store.base import RunRecord, StepRecord, Store, Tx
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
 

@@ -27,7 +27,14 @@ from tether import keys as keyring
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, make_entry
 from tether.digest import canonical_json, sha256_hex
-from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
+from tether.errors import (
+    AuditKeyMissing,
+    InvalidTransition,
+    OperationConflict,
+    ReadOnlyStore,
+    StaleState,
+    StoreError,
+)
 from tether.evidence import (
     APPROVAL,
     EFFECT,
@@ -37,20 +44,12 @@ from tether.evidence import (
     effect_digest,
     verify_evidence,
 )
-from tether.keys import AuditKeyMissing, AuditKeys
+from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
 
 # tether_meta keys
 STORE_ID = "store_id"  # names the store in checkpoints and in its default key file
 AUDIT_KEY_ID = "audit_key_id"  # the current audit key; a ring without it cannot open the store
-
-
-class StoreMissing(StoreError):
-    """There is no tether store where a command that must not create one looked."""
-
-
-class ReadOnlyStore(StoreError):
-    """A write was attempted on a store opened read-only."""
 
 
 @dataclass(frozen=True, kw_only=True)

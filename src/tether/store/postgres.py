@@ -32,9 +32,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
-from tether.errors import ConfigurationError, StoreError
+from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
 from tether.keys import NO_KEYS, AuditKeys, config_key_path
-from tether.store.base import ReadOnlyStore, RunRecord, StoreMissing, Tx
+from tether.store.base import RunRecord, Tx
 from tether.store.sql import (
     RUN_COLUMNS,
     SQLStore,
@@ -146,6 +146,33 @@ MIGRATIONS: list[str] = [
         revoked_at DOUBLE PRECISION
     );
     CREATE INDEX credentials_name ON credentials (name);
+    """,
+    """
+    -- Each run's effect count, kept by the database itself: a row deleted behind tether's back
+    -- shows as a count the run did not expect, in one indexed read rather than a count(*)
+    -- over the run's effects at every call.
+    CREATE TABLE effect_counts (
+        run_id TEXT PRIMARY KEY,
+        n BIGINT NOT NULL
+    );
+    INSERT INTO effect_counts (run_id, n)
+        SELECT run_id, count(*) FROM agent_effects GROUP BY run_id;
+    CREATE FUNCTION tether_effect_counts() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO effect_counts (run_id, n) VALUES (NEW.run_id, 1)
+                ON CONFLICT (run_id) DO UPDATE SET n = effect_counts.n + 1;
+        ELSIF TG_OP = 'DELETE' THEN
+            UPDATE effect_counts SET n = n - 1 WHERE run_id = OLD.run_id;
+        ELSE  -- TRUNCATE fires no row triggers: every count goes
+            DELETE FROM effect_counts;
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER effect_counts_rows AFTER INSERT OR DELETE ON agent_effects
+        FOR EACH ROW EXECUTE FUNCTION tether_effect_counts();
+    CREATE TRIGGER effect_counts_truncate AFTER TRUNCATE ON agent_effects
+        FOR EACH STATEMENT EXECUTE FUNCTION tether_effect_counts();
     """,
 ]
 

@@ -245,7 +245,7 @@ class SQLTx(Tx):
         return None if row is None else effect_from_row(row)
 
     def count_effects(self, run_id: str) -> int:
-        row = self._one("SELECT count(*) FROM agent_effects WHERE run_id = ?", (run_id,))
+        row = self._one("SELECT n FROM effect_counts WHERE run_id = ?", (run_id,))
         return 0 if row is None else int(row[0])
 
     def get_meta(self, key: str) -> str | None:

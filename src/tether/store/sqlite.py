@@ -26,9 +26,9 @@ from typing import Any
 from urllib.parse import quote
 
 from tether.audit import MAIN, AuditEntry, AuditHead
-from tether.errors import ConfigurationError, StoreError
+from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
 from tether.keys import NO_KEYS, AuditKeys
-from tether.store.base import ReadOnlyStore, StoreMissing, Tx
+from tether.store.base import Tx
 from tether.store.sql import (
     SQLStore,
     SQLTx,
@@ -137,6 +137,26 @@ MIGRATIONS: list[str] = [
         revoked_at REAL
     );
     CREATE INDEX credentials_name ON credentials (name);
+    """,
+    """
+    -- Each run's effect count, kept by the database itself: a row deleted behind tether's back
+    -- shows as a count the run did not expect, in one indexed read rather than a count(*)
+    -- over the run's effects at every call.
+    CREATE TABLE effect_counts (
+        run_id TEXT PRIMARY KEY,
+        n INTEGER NOT NULL
+    );
+    INSERT INTO effect_counts (run_id, n)
+        SELECT run_id, count(*) FROM agent_effects GROUP BY run_id;
+    CREATE TRIGGER effect_counts_insert AFTER INSERT ON agent_effects
+    BEGIN
+        INSERT INTO effect_counts (run_id, n) VALUES (NEW.run_id, 1)
+            ON CONFLICT (run_id) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER effect_counts_delete AFTER DELETE ON agent_effects
+    BEGIN
+        UPDATE effect_counts SET n = n - 1 WHERE run_id = OLD.run_id;
+    END;
     """,
 ]
 
