@@ -397,6 +397,36 @@ def test_a_tool_error_quoting_a_secret_is_stored_without_it(store: Store) -> Non
     assert "login refused" in effect.error
 
 
+def test_a_runs_steps_never_show_what_a_manifest_marks_sensitive(store: Store) -> None:
+    registry = Registry()
+
+    @registry.tool(risk=Risk.READ, sensitive_fields={"pin"})
+    def unlock(door: str, pin: str) -> str:
+        """Unlock a door."""
+        return f"{door} open"
+
+    @registry.tool(risk=Risk.READ, sensitive_fields={"pin"})
+    def check(pin: int) -> str:
+        """Check a PIN (it must be a number)."""
+        return "ok"
+
+    model = ScriptedModel(
+        [
+            [ModelToolCall(id="c1", name="unlock", arguments={"door": "d1", "pin": "7391-x"})],
+            [ModelToolCall(id="c2", name="check", arguments={"pin": "8642-y"})],
+            "done",
+        ]
+    )
+    result = Runner(Gate(registry, POLICY, store), model).start("go", USER)
+    assert result.status == "completed"
+    shown = json.dumps([s.detail for s in result.steps])
+    assert "d1" in shown  # the rest of the call is still there to read
+    # Neither the value nor the schema error quoting it (it is not an integer) is shown.
+    assert "7391-x" not in shown and "8642-y" not in shown
+    tool_messages = [m.content for m in result.messages if m.role == "tool"]
+    assert all("8642-y" not in text for text in tool_messages)
+
+
 def test_a_full_disk_says_so(tmp_path: Any) -> None:
     store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
     registry = Registry()

@@ -920,9 +920,12 @@ def run() -> None:
     except click.Abort:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as e:
+        e.show()  # with the usage line: the command itself was wrong
+        sys.exit(2)
     except click.ClickException as e:
-        e.show()
-        sys.exit(2)  # bad usage, or a store that could not be opened: either way, not done
+        click.echo(f"error: {e.format_message()}", err=True)  # a store that cannot be opened
+        sys.exit(2)
     except TetherError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
