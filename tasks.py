@@ -60,7 +60,14 @@ def test(args: list[str]) -> None:
 
 def bench(args: list[str]) -> None:
     ensure_venv("dev,bench")
-    for script in ("bench_gate.py", "bench_runs.py", "bench_recovery.py", "bench_pg.py"):
+    scripts = (
+        "bench_gate.py",
+        "bench_memory.py",
+        "bench_runs.py",
+        "bench_recovery.py",
+        "bench_pg.py",
+    )
+    for script in scripts:
         if (ROOT / "bench" / script).exists():
             sh(BIN / "python", ROOT / "bench" / script, *args)
 

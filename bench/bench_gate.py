@@ -1,13 +1,16 @@
 """Benchmark: one approved, durable write call through the gate on SQLite (WAL), beside the
 floor measured in the same run — the same rows written by two raw SQLite commits.
 
-    .venv/bin/python bench/bench_gate.py [--calls 1000] [--growth 10000] [--json]
+    .venv/bin/python bench/bench_gate.py [--calls 1000] [--growth 10000] [--paired-growth N]
+                                         [--json]
 
 Prints, for synchronous=FULL and NORMAL, the median and p99 microseconds per governed call,
 the floor's median, tether's own work (median minus floor) and the ratio; then whether the
 per-call cost grows with the number of calls already in the run (first 1,000 vs last 1,000
-of a long run). Approvals are requested and granted before timing starts: the timed part is
-exactly ``Gate.call`` on a call that holds a valid grant.
+of a long run; with ``--paired-growth``, also each call of a second long run timed beside a
+call of a fresh run, which a change in the machine's speed mid-run cannot move). Approvals
+are requested and granted before timing starts: the timed part is exactly ``Gate.call`` on a
+call that holds a valid grant.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,11 @@ def time_gate(gate: Gate, run_id: str, batch: list[ToolCall]) -> list[float]:
 def time_floor(path: Path, mode: str, n: int) -> list[float]:
     """Two raw commits per call writing the rows the gate writes: effect, approval, run and
     audit in the first; effect and audit in the second."""
+    return list(floor_steps(path, mode, n))
+
+
+def floor_steps(path: Path, mode: str, n: int) -> Iterator[float]:
+    """``time_floor``, one call at a time: yields each call's microseconds."""
     c = sqlite3.connect(path, isolation_level=None)
     c.execute("PRAGMA journal_mode=WAL")
     c.execute(f"PRAGMA synchronous={mode}")
@@ -81,7 +90,6 @@ def time_floor(path: Path, mode: str, n: int) -> list[float]:
         c.execute(
             "INSERT INTO approvals VALUES (?, 'r', ?, 'approved', 0, 0, ?)", (f"a{i}", i, body)
         )
-    out = []
     seq = 0
     for i in range(n):
         t = time.perf_counter_ns()
@@ -118,9 +126,8 @@ def time_floor(path: Path, mode: str, n: int) -> list[float]:
             (seq, body),
         )
         c.execute("COMMIT")
-        out.append((time.perf_counter_ns() - t) / 1000)
+        yield (time.perf_counter_ns() - t) / 1000
     c.close()
-    return out
 
 
 def p99(xs: list[float]) -> float:
@@ -168,10 +175,57 @@ def bench_growth(tmp: Path, mode: str, total: int) -> dict[str, Any]:
     }
 
 
+def bench_growth_paired(tmp: Path, mode: str, total: int) -> dict[str, Any]:
+    """Growth measured so that the machine's speed changing mid-run cannot move it: each call
+    of one long run is timed beside a call of a fresh run (a new database file and run every
+    100 calls, granted untimed), alternating which goes first. The ratio of the last 1,000
+    calls to the fresh calls made beside them is the cost of the calls already in the run
+    (and in the file)."""
+    gate, run_id = make_gate(tmp / f"paired-{mode}.db", mode)
+    batch = calls(total)
+    grant_all(gate, run_id, batch)
+    long_us: list[float] = []
+    fresh_us: list[float] = []
+    fresh: list[tuple[Gate, str, ToolCall]] = []
+    for i, call in enumerate(batch):
+        if not fresh:
+            ref, ref_run = make_gate(tmp / f"fresh-{mode}-{i}.db", mode)
+            ref_batch = calls(100)
+            grant_all(ref, ref_run, ref_batch)
+            fresh = [(ref, ref_run, c) for c in reversed(ref_batch)]
+        ref, ref_run, ref_call = fresh.pop()
+        pair = [(gate, run_id, call, long_us), (ref, ref_run, ref_call, fresh_us)]
+        for g, r, c, out in pair if i % 2 else reversed(pair):
+            t = time.perf_counter_ns()
+            g.call(r, c)
+            out.append((time.perf_counter_ns() - t) / 1000)
+        if not fresh:
+            ref.store.close()
+    first, last = statistics.median(long_us[:1000]), statistics.median(long_us[-1000:])
+    fresh_first = statistics.median(fresh_us[:1000])
+    fresh_last = statistics.median(fresh_us[-1000:])
+    return {
+        "mode": mode,
+        "calls": total,
+        "first_1000_median_us": round(first, 1),
+        "last_1000_median_us": round(last, 1),
+        "fresh_beside_first_1000_median_us": round(fresh_first, 1),
+        "fresh_beside_last_1000_median_us": round(fresh_last, 1),
+        "early_vs_fresh": round(first / fresh_first, 3),
+        "late_vs_fresh": round(last / fresh_last, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--growth", type=int, default=10_000)
+    parser.add_argument(
+        "--paired-growth",
+        type=int,
+        default=0,
+        help="also measure growth over this many calls, each beside a fresh run's call",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict[str, Any] = {
@@ -183,6 +237,8 @@ def main() -> None:
         tmp = Path(d)
         results["calls"] = [bench_mode(tmp, m, args.calls) for m in ("FULL", "NORMAL")]
         results["growth"] = [bench_growth(tmp, "NORMAL", args.growth)]
+        if args.paired_growth:
+            results["growth_paired"] = [bench_growth_paired(tmp, "NORMAL", args.paired_growth)]
     if args.json:
         print(json.dumps(results))
         return
@@ -198,6 +254,14 @@ def main() -> None:
             f"growth ({g['mode']}, {g['calls']} calls): first 1,000 median "
             f"{g['first_1000_median_us']} µs, last 1,000 {g['last_1000_median_us']} µs, "
             f"ratio {g['growth']}x"
+        )
+    for g in results.get("growth_paired", []):
+        print(
+            f"growth paired ({g['mode']}, {g['calls']} calls, each beside a fresh run's call): "
+            f"last 1,000 {g['last_1000_median_us']} µs / fresh "
+            f"{g['fresh_beside_last_1000_median_us']} µs = {g['late_vs_fresh']}x "
+            f"(first 1,000 {g['first_1000_median_us']} µs / fresh "
+            f"{g['fresh_beside_first_1000_median_us']} µs = {g['early_vs_fresh']}x)"
         )
     print(json.dumps(results))
 
