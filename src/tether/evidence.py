@@ -24,7 +24,7 @@ from typing import Any
 
 from tether.approvals import Approval
 from tether.audit import AuditEntry, AuditHead, AuditReport, verify_chains
-from tether.digest import canonical_json, sha256_hex
+from tether.digest import canonical_json, evolve, sha256_hex
 from tether.keys import AuditKeys
 from tether.ledger import Effect
 
@@ -68,26 +68,10 @@ def effect_cells(e: Effect) -> tuple[Any, ...]:
 
 
 def effect_digest(e: Effect) -> str:
-    """The digest of ``e``'s row, as ``row_digest`` gives it for the row read back."""
-    return row_digest(
-        (
-            e.operation_key,
-            e.run_id,
-            e.call_id,
-            e.tool_name,
-            e.tool_version,
-            e.argument_digest,
-            e.status.value,
-            e.result_digest,
-            e.external_reference,
-            e.result_json,
-            e.error,
-            e.attempts,
-            float(e.created_at),
-            float(e.updated_at),
-            e.schema_digest,
-        )
-    )
+    """The digest of ``e``'s row, as ``row_digest`` gives it for the row read back (where
+    the timestamps come back as floats, whatever number they were written as)."""
+    read_back = evolve(e, created_at=float(e.created_at), updated_at=float(e.updated_at))
+    return row_digest(effect_cells(read_back))
 
 
 def approval_digest(a: Approval) -> str:
