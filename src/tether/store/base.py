@@ -119,6 +119,16 @@ class CredentialRecord:
     revoked_at: float | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallView:
+    """What one read tells the gate about a call (``Tx.call_view``)."""
+
+    run: RunRecord | None
+    effect: Effect | None
+    approval: Approval | None
+    effect_count: int
+
+
 class Tx(abc.ABC):
     """One open transaction. Public methods enforce the contract; backends fill in the rest."""
 
@@ -214,6 +224,17 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def count_effects(self, run_id: str) -> int:
         """How many effects the ledger holds for a run."""
+
+    def call_view(self, run_id: str, call_id: str) -> CallView:
+        """Everything the gate reads to judge one call: the run, the effect already recorded
+        for the call, the latest approval requested for it, and how many effects the ledger
+        holds for the run. Backends that can answer in one query override this."""
+        return CallView(
+            run=self.get_run(run_id),
+            effect=self.effect_for_call(run_id, call_id),
+            approval=self.find_approval(run_id, call_id),
+            effect_count=self.count_effects(run_id),
+        )
 
     # -- store metadata (its id, its audit key's fingerprint) ---------------------------------
     @abc.abstractmethod
