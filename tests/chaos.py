@@ -36,10 +36,10 @@ from tether.crash import POINTS, arm_from_environment
 from tether.decisions import decide_approval
 from tether.demo import TicketWorld
 from tether.gate import Result
+from tether.lifecycle import RunStatus
 from tether.models import Message, ModelToolCall
 from tether.policy import Policy, Principal, ToolRule, Verdict
 from tether.recovery import recover
-from tether.runs import RunStatus
 from tether.store import SQLiteStore
 from tether.tools import Registry, Risk
 

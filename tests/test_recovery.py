@@ -15,12 +15,12 @@ from tether.decisions import decide_approval
 from tether.demo import TicketWorld, build
 from tether.errors import StoreError
 from tether.gate import Result
+from tether.lifecycle import RunStatus
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy import Policy, Principal, ToolRule, Verdict
 from tether.reconcile import resolve_effect
 from tether.recovery import recover, recoverable, rollback
-from tether.runs import RunStatus
 from tether.tools import Registry, Risk
 
 REVIEWER = "reviewer-5"

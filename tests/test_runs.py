@@ -40,8 +40,9 @@ from tether.errors import (
     RunConflict,
     RunStateError,
 )
+from tether.lifecycle import RunStatus
 from tether.policy import Constraint, ToolRule
-from tether.runs import Runner, RunResult, RunStatus, load_result
+from tether.runs import Runner, RunResult, load_result
 
 USER = Principal(subject="user-42", tenant="acme", scopes=frozenset({"ticket:write"}))
 REVIEWER = "reviewer-5"

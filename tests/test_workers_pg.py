@@ -24,7 +24,7 @@ from tests.pg import schema_url
 from tether.decisions import decide_approval
 from tether.demo import TicketWorld, build
 from tether.errors import StoreError
-from tether.runs import RunStatus
+from tether.lifecycle import RunStatus
 from tether.store.postgres import PostgresStore, split_url
 
 APP = "tether.demo:support"

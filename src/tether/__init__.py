@@ -28,11 +28,12 @@ from tether.gate import Gate, Outcome, Result, ToolCall
 from tether.harness import AgentHarness, PermissionLevel, RegisteredAction, RollbackCoordinator
 from tether.identity import Identity
 from tether.ledger import Effect, EffectStatus, operation_key
+from tether.lifecycle import RunStatus
 from tether.models import Message, Model, ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy import Decision, Policy, Principal, Verdict, decide
 from tether.recovery import recover, rollback
-from tether.runs import Runner, RunResult, RunStatus, Step, run_with_approval
+from tether.runs import Runner, RunResult, Step, run_with_approval
 from tether.sandbox import sandboxed_eval
 from tether.store import MemoryStore, SQLiteStore, Store, open_store
 from tether.tools import Manifest, Registry, Risk

@@ -33,6 +33,7 @@ from tether.errors import (
     StoreError,
 )
 from tether.identity import Identity
+from tether.lifecycle import RunStatus
 from tether.limits import argument_problems
 from tether.policy import Policy, Verdict, decide
 from tether.screening import screen_arguments, scrub, secret_values
@@ -183,11 +184,11 @@ def queue_if_decided(tx: Tx, run_id: str, now: float) -> None:
     """A run waiting for approvals becomes ``queued`` once none is pending: any worker (or
     ``tether runs resume``) may then pick it up."""
     run = tx.lock_run(run_id)
-    if run is None or run.status != "awaiting_approval":
+    if run is None or run.status != RunStatus.AWAITING_APPROVAL:
         return
     if any(a.status is ApprovalStatus.PENDING for a in tx.approvals_for_run(run_id)):
         return
-    tx.update_run(replace(run, status="queued", updated_at=now))
+    tx.update_run(replace(run, status=RunStatus.QUEUED.value, updated_at=now))
     tx.append_audit("run_queued", at=now, run_id=run_id, data={"why": "approvals decided"})
 
 

@@ -48,6 +48,7 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.ledger import Effect, EffectStatus, operation_key
+from tether.lifecycle import RunStatus
 from tether.limits import argument_problems
 from tether.policy import Decision, Policy, Principal, Verdict, decide
 from tether.screening import redact, screen_arguments, screen_result, scrub, secret_values
@@ -130,7 +131,7 @@ class Gate:
         *,
         budget: Budget | None = None,
         run_id: str | None = None,
-        status: str = "running",
+        status: str = RunStatus.RUNNING.value,
     ) -> str:
         run_id = run_id or new_id("run")
         now = self.clock()

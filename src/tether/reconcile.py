@@ -20,6 +20,7 @@ from tether.digest import canonical_json, sha256_hex
 from tether.errors import StoreError
 from tether.gate import Gate, Result
 from tether.ledger import Effect, EffectStatus
+from tether.lifecycle import lease_held
 from tether.screening import redact
 from tether.store.base import Store
 from tether.tools import Risk
@@ -169,8 +170,6 @@ def resolve_effect(
     actor: str,
 ) -> Effect:
     """A human's word on an effect nothing could reconcile."""
-    from tether.runs import lease_held  # runs imports this module
-
     with store.read() as tx:
         effect = tx.get_effect(operation_key)
         run = tx.get_run(effect.run_id) if effect is not None else None

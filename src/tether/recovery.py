@@ -30,8 +30,9 @@ from tether.errors import (
 )
 from tether.gate import Gate, ToolCall
 from tether.ledger import Effect
+from tether.lifecycle import RunStatus, lease_held
 from tether.models import Message
-from tether.runs import Runner, RunStatus, lease_held
+from tether.runs import Runner
 from tether.store.base import RunRecord, Store
 
 UNDO_PREFIX = "undo-"

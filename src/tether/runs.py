@@ -19,13 +19,9 @@ process may exit.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
@@ -49,6 +45,7 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.gate import Gate, ToolCall
+from tether.lifecycle import RunStatus, lease_held, worker_name
 from tether.limits import argument_problems
 from tether.models import Message, Model, ModelToolCall
 from tether.policy import Principal
@@ -59,24 +56,6 @@ from tether.store.base import RunRecord, StepRecord, Store, Tx
 
 # Given the pending approval, the approver's answer: True approves, False denies.
 Approver = Callable[[Approval], bool]
-
-
-class RunStatus(StrEnum):
-    """Where a run stands; finished runs (completed, failed, cancelled) never move again."""
-
-    QUEUED = "queued"  # runnable, and nobody drives it yet: any worker may claim it
-    RUNNING = "running"
-    AWAITING_APPROVAL = "awaiting_approval"
-    # An effect's outcome is unknown and nothing could settle it: a human must say
-    # (`tether effects resolve`), then `tether recover` continues the run.
-    AWAITING_RECONCILIATION = "awaiting_reconciliation"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -105,10 +84,6 @@ class RunResult:
             "approvals": self.approvals,
             "steps": [{"index": s.index, "kind": s.kind, "detail": s.detail} for s in self.steps],
         }
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 @dataclass
@@ -565,30 +540,6 @@ def _open_turn(messages: list[Message]) -> Message | None:
                 return messages[i]
             return None
     return None
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether a lease holder may still be running. A holder on this host whose process is
-    gone is certainly dead, so its lease need not be waited out; elsewhere, trust the
-    lease's expiry."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def lease_held(record: RunRecord, worker: str, now: float) -> bool:
-    """Whether someone other than ``worker`` holds the run's lease right now."""
-    if record.lease_owner in (None, worker) or record.lease_expires_at is None:
-        return False
-    return record.lease_expires_at > now and owner_alive(record.lease_owner)
 
 
 class _Heartbeat:

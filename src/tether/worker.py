@@ -22,7 +22,7 @@ from typing import Any
 
 from tether.app import App
 from tether.errors import RunConflict, RunStateError, StoreError
-from tether.runs import RunStatus, lease_held, owner_alive, worker_name
+from tether.lifecycle import RunStatus, lease_held, owner_alive, worker_name
 from tether.store.base import RunRecord, Store, Tx
 
 

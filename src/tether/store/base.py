@@ -46,6 +46,7 @@ from tether.evidence import (
 )
 from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
+from tether.lifecycle import RunStatus
 
 # tether_meta keys
 STORE_ID = "store_id"  # names the store in checkpoints and in its default key file
@@ -157,7 +158,7 @@ class Tx(abc.ABC):
         Backends with row locks lock them and skip those another worker has locked."""
         found = [
             r
-            for status in ("queued", "running")
+            for status in (RunStatus.QUEUED, RunStatus.RUNNING)
             for r in self._runs_with_status(status)
             if r.lease_owner is None or (r.lease_expires_at or 0) < now
         ]
