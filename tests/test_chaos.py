@@ -149,9 +149,24 @@ def test_multi_effect_run_killed_at_each_crash_point(tmp_path: Path, point: str)
         assert outcome.crashed, f"{point} was not reached in the multi-effect run"
 
 
+# A developer's run repeats the same trials (a failure reproduces by running the test again);
+# CI explores a new random seed each time and prints it, so a failure there replays with
+# TETHER_CHAOS_SEED=<seed>.
+FIXED_SEED = 1438093568
+
+
+def chaos_seed() -> int:
+    if "TETHER_CHAOS_SEED" in os.environ:
+        return int(os.environ["TETHER_CHAOS_SEED"])
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        return random.randrange(2**31)
+    return FIXED_SEED
+
+
+@pytest.mark.slow
 def test_randomised_trials(capsys: pytest.CaptureFixture[str]) -> None:
     trials = int(os.environ.get("TETHER_CHAOS_TRIALS", "200"))
-    seed = int(os.environ.get("TETHER_CHAOS_SEED", str(random.randrange(2**31))))
+    seed = chaos_seed()
     started = time.monotonic()
     with capsys.disabled():  # the seed goes to the log even when the test passes
         print(f"\nchaos: {trials} randomised trials, seed {seed} (TETHER_CHAOS_SEED replays it)")
