@@ -45,9 +45,9 @@ from tether import (
     operation_key,
     run_with_approval,
     sandboxed_eval,
-    seeds,
 )
 from tether.audit import CHAINS, AuditHead, make_entry, verify_chain
+from tether.demo import seeds
 from tether.errors import (
     ApproverNotAuthorized,
     ConfigurationError,

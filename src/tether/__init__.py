@@ -4,6 +4,7 @@ from tether.app import App, load_app
 from tether.approvals import Approval, ApprovalStatus
 from tether.audit import AuditReport
 from tether.budget import Budget
+from tether.compat import AgentHarness, PermissionLevel, RegisteredAction, RollbackCoordinator
 from tether.errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -25,7 +26,6 @@ from tether.errors import (
     UnknownToolError,
 )
 from tether.gate import Gate, Outcome, Result, ToolCall
-from tether.harness import AgentHarness, PermissionLevel, RegisteredAction, RollbackCoordinator
 from tether.identity import Identity
 from tether.ledger import Effect, EffectStatus, operation_key
 from tether.lifecycle import RunStatus

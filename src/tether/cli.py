@@ -110,7 +110,7 @@ main.add_command(audit)
 @DB_OPTION
 def demo(db: str) -> None:
     """Run the three seed scenarios and print their numbers (JSON on the last line)."""
-    from tether.seeds import run_all
+    from tether.demo.seeds import run_all
 
     with _open(db, create=True) as store:
         click.echo(f"tether demo on {store.url}")

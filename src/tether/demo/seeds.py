@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.budget import Budget
+from tether.compat import AgentHarness, PermissionLevel, RegisteredAction
 from tether.errors import ApprovalRequired, BudgetExceeded, UnknownToolError
 from tether.gate import Gate, ToolCall
-from tether.harness import AgentHarness, PermissionLevel, RegisteredAction
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy import Policy, Principal

@@ -1,4 +1,15 @@
-"""Seed 003's ``AgentHarness`` API, built on the gate.
+"""The seeds' APIs, kept for code written against them, built on the gate.
+
+tether was specified from three seed documents; their entry points live here, apart from the
+core: seed 003's ``AgentHarness`` (with ``PermissionLevel``, ``RegisteredAction``,
+``RollbackCoordinator``), seed 004's ``run_with_approval`` loop and its sandboxed expression
+evaluator ``sandboxed_eval`` (the ``sandbox`` extra). New code uses ``Gate`` and ``Runner``.
+
+``AgentHarness.execute`` runs a registered action through the full pipeline (screening,
+registry, budget, approval, ledger, audit); irreversible actions raise
+``HumanApprovalRequired`` and run only through ``approve_and_execute``. Write and admin
+actions run inside a ``RollbackCoordinator`` transaction over the harness's state, as in the
+seed.
 
 ``execute`` runs a registered action through the full pipeline (screening, registry, budget,
 approval, ledger, audit); irreversible actions raise ``HumanApprovalRequired`` and run only
@@ -22,8 +33,19 @@ from tether.digest import digest
 from tether.errors import ApprovalRequired, ConfigurationError
 from tether.gate import Gate, ToolCall
 from tether.policy import Policy, Principal, Verdict
+from tether.runs import run_with_approval
+from tether.sandbox import sandboxed_eval
 from tether.store import MemoryStore, Store
 from tether.tools import Manifest, Registry, Risk
+
+__all__ = [
+    "AgentHarness",
+    "PermissionLevel",
+    "RegisteredAction",
+    "RollbackCoordinator",
+    "run_with_approval",
+    "sandboxed_eval",
+]
 
 
 class PermissionLevel(Enum):
