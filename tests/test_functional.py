@@ -12,48 +12,50 @@ import pytest
 
 from tests.conftest import Backend
 from tether import (
-    AgentHarness,
-    ApprovalDenied,
-    ApprovalRequired,
     ApprovalStatus,
     Budget,
-    BudgetExceeded,
     Effect,
     EffectStatus,
     Gate,
-    HumanApprovalRequired,
-    InvalidArguments,
     Manifest,
     Message,
     ModelToolCall,
-    OperationConflict,
-    PermissionLevel,
     Policy,
-    PolicyDenied,
     Principal,
-    RegisteredAction,
     Registry,
     Result,
     Risk,
-    RollbackCoordinator,
     ScriptedModel,
     ToolCall,
-    ToolFailed,
-    UnknownToolError,
     Verdict,
     decide,
     operation_key,
+)
+from tether.audit import CHAINS, AuditHead, make_entry, verify_chain
+from tether.compat import (
+    AgentHarness,
+    PermissionLevel,
+    RegisteredAction,
+    RollbackCoordinator,
     run_with_approval,
     sandboxed_eval,
 )
-from tether.audit import CHAINS, AuditHead, make_entry, verify_chain
 from tether.demo import seeds
 from tether.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
     ApproverNotAuthorized,
+    BudgetExceeded,
     ConfigurationError,
+    HumanApprovalRequired,
+    InvalidArguments,
     InvalidTransition,
     ManifestDriftError,
+    OperationConflict,
+    PolicyDenied,
     SandboxError,
+    ToolFailed,
+    UnknownToolError,
 )
 from tether.screening import REDACTED, normalize, redact, screen_arguments, screen_result
 from tether.store import SQLiteStore, Store

@@ -18,7 +18,8 @@ import anthropic
 import openai
 import pytest
 
-from tether import Gate, Message, ModelToolCall, Policy, Principal, Registry, run_with_approval
+from tether import Gate, Message, ModelToolCall, Policy, Principal, Registry
+from tether.compat import run_with_approval
 from tether.errors import ModelError
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai import OpenAIChatModel

@@ -19,26 +19,26 @@ from tests.conftest import Backend
 from tether import (
     ApprovalStatus,
     Gate,
-    InvalidArguments,
     Message,
     ModelToolCall,
     Policy,
-    PolicyDenied,
     Principal,
     Registry,
     Risk,
     ScriptedModel,
-    StaleState,
     Store,
-    run_with_approval,
 )
 from tether.audit import CHAINS
+from tether.compat import run_with_approval
 from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
+    InvalidArguments,
     ModelError,
+    PolicyDenied,
     RunConflict,
     RunStateError,
+    StaleState,
 )
 from tether.lifecycle import RunStatus
 from tether.policy import Constraint, ToolRule

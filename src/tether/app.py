@@ -26,6 +26,9 @@ from tether.tools import Registry
 
 @dataclass(kw_only=True)
 class App:
+    """What `tether run --app module:attr` needs: tools, policy, a model factory, the
+    principal the agent acts for, and the run's limits."""
+
     registry: Registry
     policy: Policy
     model: Callable[[], Model]

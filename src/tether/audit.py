@@ -120,6 +120,9 @@ def make_entry(
 
 @dataclass(frozen=True)
 class AuditReport:
+    """What verifying the audit log found: intact or not, how much was checked, and the
+    first problem with where it is."""
+
     intact: bool
     entries: int
     first_bad: int | None = None

@@ -37,6 +37,8 @@ _SEVERITY = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.DENY: 2}
 
 @dataclass(frozen=True, kw_only=True)
 class Principal:
+    """Who a run acts for: a subject, the one tenant whose data it may touch, its scopes."""
+
     subject: str
     tenant: str
     scopes: frozenset[str] = frozenset()
@@ -103,6 +105,10 @@ DEFAULT_TIERS: Mapping[Risk, Verdict] = {
 
 @dataclass(frozen=True, kw_only=True)
 class Policy:
+    """What may run: a verdict per risk tier, per-tool rules (verdict, argument constraints,
+    approvers), who may approve, and how long a request waits. Versioned: a grant is bound
+    to the version it was decided under. ``Policy.from_toml`` loads a policy file."""
+
     version: str
     approvers: frozenset[str] = frozenset()
     tiers: Mapping[Risk, Verdict] = field(default_factory=lambda: dict(DEFAULT_TIERS))
@@ -162,6 +168,8 @@ class Policy:
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
+    """The policy's verdict on one call, every reason behind it, and the policy version."""
+
     verdict: Verdict
     reasons: tuple[str, ...]
     policy_version: str

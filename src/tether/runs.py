@@ -60,6 +60,8 @@ Approver = Callable[[Approval], bool]
 
 @dataclass(frozen=True)
 class Step:
+    """One recorded step of a run (a model turn, a tool call, an approval...), as shown."""
+
     index: int
     kind: str
     detail: str

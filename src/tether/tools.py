@@ -56,6 +56,10 @@ OPERATION_KEY_PARAMETER = "operation_key"
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
+    """A tool's pinned description: name, version, JSON Schema of its arguments, risk tier,
+    cost, scope and tenancy, result limits and sensitive fields (docs/reference.md lists
+    every field). Its digest pins the tool: a change is a new version."""
+
     name: str
     parameters: Mapping[str, Any]
     version: str = "1"

@@ -32,6 +32,9 @@ class ModelToolCall:
 
 @dataclass(frozen=True, kw_only=True)
 class Message:
+    """One message of a run's conversation: user, assistant (maybe with tool calls),
+    system, or a tool's answer to one call."""
+
     role: Role
     content: str = ""
     tool_calls: tuple[ModelToolCall, ...] = ()
