@@ -237,3 +237,45 @@ def test_real_model_quickstart_drives_both_adapters(
 def test_real_model_quickstart_without_keys_says_what_to_set(tmp_path: Path) -> None:
     out = run_example(REAL_MODEL, tmp_path)
     assert "set OPENAI_API_KEY and/or ANTHROPIC_API_KEY" in out
+
+
+# -- the README's app file, run from the shell as the README says ---------------------------------
+README = EXAMPLES.parent / "README.md"
+
+
+def tether(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    environment.update(TETHER_DB=f"sqlite:///{cwd / 'tether.db'}", **(env or {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, f"tether {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_readme_app_runs_and_waits_for_an_approver(tmp_path: Path) -> None:
+    [app_file] = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+        if block.startswith("# myagent.py")
+    ]
+    (tmp_path / "myagent.py").write_text(app_file)
+    started = tether(tmp_path, "run", "--app", "myagent:app", "cancel order O-1")
+    assert 'approval_required cancel_order({"order_id":"O-1"})' in started, started
+    run_id = re.search(r"run (run-[0-9a-f]+): awaiting_approval", started)
+    approval_id = re.search(r"(apr-[0-9a-f]+)", started)
+    assert run_id and approval_id, started
+    token = tether(tmp_path, "approvers", "add", "ops-lead", "--tenant", "acme").strip()
+    decided = tether(
+        tmp_path, "approvals", "approve", approval_id[1], env={"TETHER_APPROVER_TOKEN": token}
+    )
+    assert "approved by ops-lead" in decided, decided
+    resumed = tether(tmp_path, "runs", "resume", run_id[1])
+    assert "final             Cancelled O-1." in resumed, resumed
+    assert f"run {run_id[1]}: completed" in resumed, resumed
