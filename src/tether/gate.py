@@ -30,6 +30,7 @@ from tether.errors import (
     TetherError,
     ToolFailed,
 )
+from tether.identity import Identity
 from tether.ledger import EffectStatus
 from tether.lifecycle import RunStatus
 from tether.planner import (
@@ -289,14 +290,21 @@ class Gate:
         )
 
     # -- human decisions ---------------------------------------------------------------------
-    def approve(self, approval_id: str, approver: str, *, reason: str | None = None) -> Approval:
+    def approve(
+        self, approval_id: str, approver: Identity | str, *, reason: str | None = None
+    ) -> Approval:
+        """Grant a pending approval. ``approver`` is an authenticated ``Identity`` (see
+        ``tether.identity.authenticate``) or, for trusted in-process code, a name."""
         return self._decide(approval_id, approver, approve=True, reason=reason)
 
-    def deny(self, approval_id: str, approver: str, *, reason: str | None = None) -> Approval:
+    def deny(
+        self, approval_id: str, approver: Identity | str, *, reason: str | None = None
+    ) -> Approval:
+        """Deny a pending approval; ``reason`` is fed back to the model."""
         return self._decide(approval_id, approver, approve=False, reason=reason)
 
     def _decide(
-        self, approval_id: str, approver: str, *, approve: bool, reason: str | None
+        self, approval_id: str, approver: Identity | str, *, approve: bool, reason: str | None
     ) -> Approval:
         if self.policy is None:
             raise ApprovalStateError("no policy is loaded, so no one is authorised to approve")
@@ -313,7 +321,7 @@ class Gate:
     def edit(
         self,
         approval_id: str,
-        approver: str,
+        approver: Identity | str,
         arguments: Mapping[str, Any],
         *,
         reason: str | None = None,
