@@ -161,17 +161,34 @@ def bench_mode(tmp: Path, mode: str, n: int) -> dict[str, Any]:
 
 
 def bench_growth(tmp: Path, mode: str, total: int) -> dict[str, Any]:
+    """First 1,000 vs last 1,000 calls of one long run, and beside it the same ratio for the
+    floor (raw commits into one file growing alike), each gate call and floor call timed in
+    turn: the floor's ratio is what the file's growth and the machine's drift alone do, so
+    only the gate's ratio above it is tether's."""
     gate, run_id = make_gate(tmp / f"growth-{mode}.db", mode)
     batch = calls(total)
     grant_all(gate, run_id, batch)
-    times = time_gate(gate, run_id, batch)
+    floor = floor_steps(tmp / f"growth-floor-{mode}.db", mode, total)
+    times: list[float] = []
+    floor_times: list[float] = []
+    for call in batch:
+        t = time.perf_counter_ns()
+        gate.call(run_id, call)
+        times.append((time.perf_counter_ns() - t) / 1000)
+        floor_times.append(next(floor))
     first, last = statistics.median(times[:1000]), statistics.median(times[-1000:])
+    floor_first = statistics.median(floor_times[:1000])
+    floor_last = statistics.median(floor_times[-1000:])
     return {
         "mode": mode,
         "calls": total,
         "first_1000_median_us": round(first, 1),
         "last_1000_median_us": round(last, 1),
         "growth": round(last / first, 3),
+        "floor_first_1000_median_us": round(floor_first, 1),
+        "floor_last_1000_median_us": round(floor_last, 1),
+        "floor_growth": round(floor_last / floor_first, 3),
+        "growth_over_floor": round((last / first) / (floor_last / floor_first), 3),
     }
 
 
@@ -253,7 +270,8 @@ def main() -> None:
         print(
             f"growth ({g['mode']}, {g['calls']} calls): first 1,000 median "
             f"{g['first_1000_median_us']} µs, last 1,000 {g['last_1000_median_us']} µs, "
-            f"ratio {g['growth']}x"
+            f"ratio {g['growth']}x; the floor beside it {g['floor_growth']}x, so "
+            f"{g['growth_over_floor']}x is tether's"
         )
     for g in results.get("growth_paired", []):
         print(

@@ -51,7 +51,9 @@ class Backend:
                 pass
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(
+    params=[pytest.param(k, marks=[pytest.mark.postgres] if k == "postgres" else []) for k in KINDS]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     b = Backend(request.param, tmp_path)
     yield b
@@ -72,3 +74,11 @@ def _keys_in_a_temporary_home(tmp_path_factory: pytest.TempPathFactory) -> Itera
         os.environ.pop("XDG_CONFIG_HOME", None)
     else:
         os.environ["XDG_CONFIG_HOME"] = saved
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Whole modules that need the server are marked here, so `-m "not postgres"` (the quick
+    # subset) leaves them out without each file repeating it.
+    for item in items:
+        if "postgres" in item.path.name or "_pg" in item.path.name:
+            item.add_marker(pytest.mark.postgres)
