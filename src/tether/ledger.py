@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from tether.digest import evolve
 from tether.errors import InvalidTransition
+from tether.records import FIXED, Record
 
 
 class EffectStatus(StrEnum):
@@ -75,26 +76,29 @@ def _escape(part: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Effect:
+class Effect(Record):
     """One row of the ledger (seed 000 ``agent_effects`` plus timestamps and attempts)."""
 
-    operation_key: str
-    run_id: str
-    call_id: str
-    tool_name: str
-    tool_version: str
-    argument_digest: str
+    # The fields in ``agent_effects`` column order, which is also the order of the cells its
+    # row digest covers (``tether.evidence``): reordering them changes every effect digest.
+    operation_key: Annotated[str, FIXED]
+    run_id: Annotated[str, FIXED]
+    call_id: Annotated[str, FIXED]
+    tool_name: Annotated[str, FIXED]
+    tool_version: Annotated[str, FIXED]
+    argument_digest: Annotated[str, FIXED]
     status: EffectStatus
-    # The manifest's schema digest when the call was dispatched: a call replayed after the
-    # tool's schema changed is a conflict, not a replay (I2).
-    schema_digest: str | None = None
     result_digest: str | None = None
     external_reference: str | None = None
     result_json: str | None = None
     error: str | None = None
     attempts: int = 0
-    created_at: float = 0.0
+    created_at: Annotated[float, FIXED] = 0.0
     updated_at: float = 0.0
+    # The manifest's schema digest when the call was dispatched: a call replayed after the
+    # tool's schema changed is a conflict, not a replay (I2). Last: a later migration added
+    # the column.
+    schema_digest: Annotated[str | None, FIXED] = None
 
     def advance(self, target: EffectStatus, now: float, **changes: Any) -> Effect:
         """The effect in ``target`` state; raises on a transition the machine forbids."""
@@ -116,28 +120,3 @@ class Effect:
         if argument_digest != self.argument_digest:
             found.append("arguments")
         return tuple(found)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "operation_key": self.operation_key,
-            "run_id": self.run_id,
-            "call_id": self.call_id,
-            "tool_name": self.tool_name,
-            "tool_version": self.tool_version,
-            "argument_digest": self.argument_digest,
-            "status": self.status.value,
-            "schema_digest": self.schema_digest,
-            "result_digest": self.result_digest,
-            "external_reference": self.external_reference,
-            "result_json": self.result_json,
-            "error": self.error,
-            "attempts": self.attempts,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Effect:
-        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        fields["status"] = EffectStatus(data["status"])
-        return cls(**fields)

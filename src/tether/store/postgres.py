@@ -35,12 +35,7 @@ from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
 from tether.keys import NO_KEYS, AuditKeys, config_key_path
 from tether.store.base import RunRecord, Tx
-from tether.store.sql import (
-    RUN_COLUMNS,
-    SQLStore,
-    SQLTx,
-    run_from_row,
-)
+from tether.store.sql import RUN_COLUMNS, SQLStore, SQLTx
 
 try:
     import psycopg
@@ -200,7 +195,7 @@ class PostgresTx(SQLTx):
         row = self._one(
             f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = %s FOR UPDATE", (run_id,)
         )
-        return None if row is None else run_from_row(row)
+        return None if row is None else RunRecord.from_row(row)
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
         # SKIP LOCKED: workers polling at once each get different runs, and none waits.
@@ -210,7 +205,7 @@ class PostgresTx(SQLTx):
             "ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED",
             (now, limit),
         ).fetchall()
-        return [run_from_row(r) for r in rows]
+        return [RunRecord.from_row(r) for r in rows]
 
     def _audit_head(self, chain: str) -> AuditHead | None:
         # FOR UPDATE: the head row is the chain's lock; appends to other chains do not wait.
