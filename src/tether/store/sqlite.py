@@ -33,6 +33,7 @@ from tether.store.sql import (
     SQLStore,
     SQLTx,
 )
+from tether.store.urls import sqlite_url
 
 # Position in this list is the schema version; append, never edit (store/migrations.py says
 # why it is one longer than PostgreSQL's).
@@ -212,40 +213,6 @@ def statements(script: str) -> list[str]:
 SQLITE = migrations.Dialect(migrations=MIGRATIONS, mark="?", float_type="REAL", split=statements)
 
 
-def path_from_url(url: str) -> str:
-    """``sqlite:///rel.db`` is relative, ``sqlite:////abs/x.db`` absolute; a bare path works.
-    Anything else that starts ``sqlite:`` is refused rather than guessed at: ``sqlite:/x.db``
-    would otherwise make a folder named ``sqlite:``."""
-    if url.startswith("sqlite:///"):
-        rest = url[len("sqlite:///") :]
-    elif url.startswith("sqlite:"):
-        raise ConfigurationError(_malformed(url))
-    else:
-        rest = url
-    path = rest.split("?", 1)[0]
-    if not path:
-        raise ConfigurationError(f"no file in SQLite URL {url!r}; use sqlite:///path/to/tether.db")
-    return path
-
-
-def _malformed(url: str) -> str:
-    given = url[len("sqlite:") :].split("?", 1)[0]
-    name = given.lstrip("/") or "path/to/tether.db"
-    if given.startswith("//"):
-        return (
-            f"SQLite URL {url!r} is ambiguous: write sqlite:////{name} for /{name}, or "
-            f"sqlite:///{name} for {name} relative to the working directory"
-        )
-    if given.startswith("/"):
-        return (
-            f"malformed SQLite URL {url!r}: an absolute path takes four slashes, sqlite:////{name}"
-        )
-    return (
-        f"malformed SQLite URL {url!r}: write sqlite:///{name} for a path relative to the "
-        "working directory, or sqlite:////abs/path.db for an absolute one"
-    )
-
-
 def _read_only_file(path: str) -> bool:
     """Whether the file or its folder cannot be written (by permission bits too, which
     ``os.access`` ignores for root)."""
@@ -299,7 +266,7 @@ class SQLiteStore(SQLStore):
         self.url = url
         self.read_only = read_only
         self.keys = NO_KEYS  # until _attach_keys finds the store's own; reading needs none
-        query = dict(part.split("=", 1) for part in url.partition("?")[2].split("&") if "=" in part)
+        self.path, query = sqlite_url(url)
         mode = (synchronous or query.get("synchronous", "full")).upper()
         if busy_timeout_s is None:
             try:
@@ -310,7 +277,6 @@ class SQLiteStore(SQLStore):
                 ) from None
         if mode not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigurationError(f"synchronous must be full, normal or extra, not {mode!r}")
-        self.path = path_from_url(url)
         in_memory = self.path == ":memory:"
         if not in_memory and (read_only or not create) and not os.path.isfile(self.path):
             where = os.path.abspath(self.path)
