@@ -1,14 +1,15 @@
 """The effect ledger's vocabulary: operation keys, effect records and their state machine.
 
-    prepared -> dispatched -> committed | failed | unknown
+    dispatched -> committed | failed | unknown
     unknown  -> reconciled_committed | reconciled_absent
     reconciled_absent -> dispatched        (the call never happened: it may be sent again,
                                             with the same key)
 
-``dispatched`` is written durably *before* the tool is called, so after a crash the ledger
-knows which calls may have happened. A timeout is ``unknown``, never ``failed``: we do not
-know whether the outside world changed. Only asking the outside system (reconciliation)
-moves an unknown effect on; a retry is allowed only once it is known to be absent.
+An effect is born ``dispatched``, written durably *before* the tool is called, so after a
+crash the ledger knows which calls may have happened. A timeout is ``unknown``, never
+``failed``: we do not know whether the outside world changed. Only asking the outside system
+(reconciliation) moves an unknown effect on; a retry is allowed only once it is known to be
+absent.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from tether.records import FIXED, Record
 class EffectStatus(StrEnum):
     """The states of an effect; see the module docstring for the machine."""
 
-    PREPARED = "prepared"
+    # There is no "prepared": no row was ever written before dispatch, so the state was never
+    # offered to anything that reads the ledger. The status column has no CHECK constraint, so
+    # the schema needs no change for it.
     DISPATCHED = "dispatched"
     COMMITTED = "committed"
     FAILED = "failed"
@@ -49,7 +52,6 @@ _TERMINAL = frozenset(
 )
 
 TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
-    EffectStatus.PREPARED: frozenset({EffectStatus.DISPATCHED}),
     EffectStatus.DISPATCHED: frozenset(
         {EffectStatus.COMMITTED, EffectStatus.FAILED, EffectStatus.UNKNOWN}
     ),
