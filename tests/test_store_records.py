@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from tests.store_contract import approval, effect, run_record
 from tether.approvals import Approval, ApprovalStatus
 from tether.digest import canonical_json, sha256_hex
@@ -162,3 +164,10 @@ def test_steps_and_credentials_round_trip_through_rows() -> None:
     assert StepRecord.from_row(step.row()) == step
     cred = CredentialRecord("c-1", "alice", "approver", "h", "{}", 1.0)
     assert CredentialRecord.from_row(cred.row()) == cred
+
+
+def test_a_record_missing_a_required_field_is_refused() -> None:
+    data = effect().to_dict()
+    del data["run_id"], data["status"]
+    with pytest.raises(TypeError, match="Effect needs run_id, status"):
+        Effect.from_dict(data)

@@ -25,7 +25,7 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Self
 
@@ -55,6 +55,8 @@ class Shape:
     to_json: tuple[tuple[str, Convert], ...]
     from_stored: tuple[tuple[str, Convert], ...]
     get: Callable[[Any], tuple[Any, ...]]
+    defaults: Mapping[str, Any]  # what a field missing from a dict is
+    required: frozenset[str]  # the fields without a default
 
     def row(self, record: Any) -> tuple[Any, ...]:
         cells = self.get(record)
@@ -88,7 +90,15 @@ class Shape:
         for name, convert in self.from_stored:
             if values.get(name) is not None:
                 values[name] = convert(values[name])
-        return self.cls(**values)
+        missing = self.required - values.keys()
+        if missing:
+            raise TypeError(f"{self.cls.__name__} needs {', '.join(sorted(missing))}")
+        # Built without ``__init__``: a frozen dataclass's sets each field through
+        # ``object.__setattr__``, which costs more than the read it follows on the gate's path.
+        # The record classes validate nothing in ``__init__`` (no ``__post_init__``).
+        record = object.__new__(self.cls)
+        record.__dict__.update(self.defaults, **values)
+        return record
 
 
 _SHAPES: dict[type[Any], Shape] = {}
@@ -105,6 +115,10 @@ def shape(cls: type[Any]) -> Shape:
 
 def _make_shape(cls: type[Any]) -> Shape:
     fields = dataclasses.fields(cls)
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(
+            f"{cls.__name__} checks itself in __post_init__; records are built without it"
+        )
     hints = typing.get_type_hints(cls, include_extras=True)
     fixed = {n for n, h in hints.items() if FIXED in getattr(h, "__metadata__", ())}
     names = tuple(f.name for f in fields)
@@ -133,7 +147,18 @@ def _make_shape(cls: type[Any]) -> Shape:
         to_json=tuple(to_json),
         from_stored=tuple(from_stored),
         get=attrgetter(*names),
+        defaults=dict(_defaults(fields)),
+        required=frozenset(f.name for f in fields if not list(_defaults([f]))),
     )
+
+
+def _defaults(fields: Sequence[dataclasses.Field[Any]]) -> Iterator[tuple[str, Any]]:
+    for f in fields:
+        if f.default_factory is not dataclasses.MISSING:
+            # One made default would be shared by every record built without __init__.
+            raise TypeError(f"record field {f.name} needs a plain (immutable) default")
+        if f.default is not dataclasses.MISSING:
+            yield f.name, f.default
 
 
 def _value(member: enum.Enum) -> Any:
