@@ -9,7 +9,7 @@ from tether.approvals import Approval, ApprovalStatus, CallBinding
 from tether.audit import CHAINS
 from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
 from tether.ledger import Effect, EffectStatus, operation_key
-from tether.store.base import RunRecord, Store
+from tether.store.base import CallView, RunRecord, Store, Tx
 
 
 def run_record(run_id: str = "run-1", version: int = 1) -> RunRecord:
@@ -113,6 +113,59 @@ class StoreContract:
             tx.update_effect(done, EffectStatus.DISPATCHED)
         [stored] = store.list_effects()
         assert stored.status is EffectStatus.COMMITTED and stored.result_digest == "sha256:cc"
+
+    # -- the gate's one read per call ------------------------------------------------------------
+    def test_call_view_without_a_run(self, store: Store) -> None:
+        with store.read() as tx:
+            view = tx.call_view("run-1", "call-1")
+            assert view == CallView(run=None, effect=None, approval=None, effect_count=0)
+            assert view == Tx.call_view(tx, "run-1", "call-1")  # the four separate reads
+
+    def test_call_view_of_a_run_with_nothing_for_the_call(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+            tx.insert_effect(effect("call-2"))
+            tx.insert_approval(approval("apr-2", call_id="call-2"))
+        with store.read() as tx:
+            view = tx.call_view("run-1", "call-1")
+            assert view == CallView(run=run_record(), effect=None, approval=None, effect_count=1)
+            assert view == Tx.call_view(tx, "run-1", "call-1")
+
+    def test_call_view_finds_the_latest_approval(self, store: Store) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+            tx.insert_approval(approval("apr-1", at=3.0))
+            tx.insert_approval(approval("apr-3", at=5.0))
+            tx.insert_approval(approval("apr-2", at=4.0))  # made later, but dated earlier
+            tx.insert_approval(approval("apr-4", call_id="call-2", at=9.0))  # another call
+        with store.read() as tx:
+            found = tx.call_view("run-1", "call-1").approval
+            assert found == approval("apr-3", at=5.0)
+        with store.transaction() as tx:
+            tx.insert_approval(approval("apr-5", at=5.0))  # a tie: the one made last wins
+        with store.read() as tx:
+            view = tx.call_view("run-1", "call-1")
+            assert view.approval is not None and view.approval.approval_id == "apr-5"
+            assert view == Tx.call_view(tx, "run-1", "call-1")
+
+    def test_call_view_counts_the_runs_effects(self, store: Store) -> None:
+        from dataclasses import replace
+
+        done = effect("call-1").advance(EffectStatus.COMMITTED, 5.0, result_json='{"ok":1}')
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+            tx.insert_effect(effect("call-1"))
+            tx.update_effect(done, EffectStatus.DISPATCHED)
+            tx.insert_effect(effect("call-2"))
+            other = effect("call-3")
+            tx.insert_effect(replace(other, run_id="run-2", operation_key="k-run-2"))
+        with store.read() as tx:
+            view = tx.call_view("run-1", "call-1")
+            assert (view.effect, view.effect_count) == (done, 2)
+            assert view.run == run_record()
+            assert view == Tx.call_view(tx, "run-1", "call-1")
+            assert tx.call_view("run-2", "call-3").effect_count == 1
+            assert tx.call_view("run-9", "call-1").effect_count == 0
 
     # -- approvals -----------------------------------------------------------------------------
     def test_approval_round_trip_and_find_latest(self, store: Store) -> None:

@@ -579,7 +579,7 @@ def test_screen_result_marks_injection_and_redacts() -> None:
 # -- ledger and audit -------------------------------------------------------------------------
 
 
-def _effect(status: EffectStatus = EffectStatus.PREPARED) -> Effect:
+def _effect(status: EffectStatus = EffectStatus.DISPATCHED) -> Effect:
     return Effect(
         operation_key=operation_key("run-7", "call-9", "close_ticket", "2"),
         run_id="run-7",
@@ -596,8 +596,7 @@ def test_operation_key_format() -> None:
 
 
 def test_effect_state_machine_allowed_transitions() -> None:
-    e = _effect()
-    dispatched = e.advance(EffectStatus.DISPATCHED, 1.0)
+    dispatched = _effect()  # an effect is born dispatched
     committed = dispatched.advance(EffectStatus.COMMITTED, 2.0, result_digest="sha256:r")
     assert committed.status is EffectStatus.COMMITTED
     assert committed.result_digest == "sha256:r"
@@ -619,7 +618,7 @@ def test_effect_state_machine_allowed_transitions() -> None:
 @pytest.mark.parametrize(
     ("start", "target"),
     [
-        (EffectStatus.PREPARED, EffectStatus.COMMITTED),
+        (EffectStatus.RECONCILED_ABSENT, EffectStatus.COMMITTED),
         (EffectStatus.COMMITTED, EffectStatus.FAILED),
         (EffectStatus.DISPATCHED, EffectStatus.RECONCILED_COMMITTED),
         (EffectStatus.FAILED, EffectStatus.DISPATCHED),

@@ -33,7 +33,6 @@ S = EffectStatus
 # The machine as designed, written out independently of tether.ledger. A call reconciled as
 # absent never happened, so it may be dispatched again with the same key (the only cycle).
 SPEC: dict[EffectStatus, set[EffectStatus]] = {
-    S.PREPARED: {S.DISPATCHED},
     S.DISPATCHED: {S.COMMITTED, S.FAILED, S.UNKNOWN},
     S.UNKNOWN: {S.RECONCILED_COMMITTED, S.RECONCILED_ABSENT},
     S.COMMITTED: set(),
@@ -42,16 +41,17 @@ SPEC: dict[EffectStatus, set[EffectStatus]] = {
     S.RECONCILED_ABSENT: {S.DISPATCHED},
 }
 TERMINAL = {S.COMMITTED, S.FAILED, S.RECONCILED_COMMITTED}
-# Simple paths (no state twice) from prepared to a state with no way out.
+# Simple paths (no state twice) from dispatched, where every effect starts, to a state with
+# no way out.
 COMPLETE_PATHS = {
-    (S.PREPARED, S.DISPATCHED, S.COMMITTED),
-    (S.PREPARED, S.DISPATCHED, S.FAILED),
-    (S.PREPARED, S.DISPATCHED, S.UNKNOWN, S.RECONCILED_COMMITTED),
+    (S.DISPATCHED, S.COMMITTED),
+    (S.DISPATCHED, S.FAILED),
+    (S.DISPATCHED, S.UNKNOWN, S.RECONCILED_COMMITTED),
 }
 statuses = st.sampled_from(list(EffectStatus))
 
 
-def new_effect(status: EffectStatus = S.PREPARED) -> Effect:
+def new_effect(status: EffectStatus = S.DISPATCHED) -> Effect:
     return Effect(
         operation_key=operation_key("run-1", "call-1", "tool", "1"),
         run_id="run-1",
@@ -74,7 +74,7 @@ def test_transition_table_is_the_designed_machine() -> None:
 
 
 def test_reachable_states_and_complete_paths() -> None:
-    seen, queue = {S.PREPARED}, deque([S.PREPARED])
+    seen, queue = {S.DISPATCHED}, deque([S.DISPATCHED])
     while queue:
         for nxt in TRANSITIONS[queue.popleft()]:
             if nxt not in seen:
@@ -89,7 +89,7 @@ def test_reachable_states_and_complete_paths() -> None:
         fresh = [n for n in following if n not in path]
         return set().union(set(), *(paths((*path, n)) for n in fresh))
 
-    assert paths((S.PREPARED,)) == COMPLETE_PATHS
+    assert paths((S.DISPATCHED,)) == COMPLETE_PATHS
     assert set(TRANSITIONS[S.RECONCILED_ABSENT]) == {S.DISPATCHED}
     assert all(path[-1].terminal for path in COMPLETE_PATHS)
 
@@ -143,7 +143,7 @@ class EffectMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.effect = new_effect()
-        self.path: list[EffectStatus] = [S.PREPARED]
+        self.path: list[EffectStatus] = [S.DISPATCHED]
         self.now = 1.0
 
     @rule(to=statuses, dt=st.floats(min_value=0, max_value=1e6, allow_nan=False))
@@ -162,12 +162,12 @@ class EffectMachine(RuleBasedStateMachine):
 
     @rule()
     def restart(self) -> None:
-        self.effect, self.path = new_effect(), [S.PREPARED]
+        self.effect, self.path = new_effect(), [S.DISPATCHED]
 
     @invariant()
     def path_is_a_designed_walk(self) -> None:
         path = tuple(self.path)
-        assert path[0] is S.PREPARED
+        assert path[0] is S.DISPATCHED
         assert all(b in SPEC[a] for a, b in itertools.pairwise(path)), path
         assert self.effect.status is path[-1]
 

@@ -157,3 +157,27 @@ def test_workers_opening_a_new_store_at_once_share_one_key(pg_url: str, key_home
     finally:
         for s in opened:
             s.close()
+
+
+def test_an_older_database_is_migrated_and_a_newer_one_refused(pg_url: str) -> None:
+    from dataclasses import replace
+
+    import psycopg
+
+    from tether.store import migrations
+    from tether.store.postgres import MIGRATIONS, POSTGRES, PostgresStore, split_url
+
+    conninfo, schema = split_url(pg_url)
+    with psycopg.connect(conninfo) as conn:  # the database as the first release left it
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'SET search_path TO "{schema}"')
+        old = replace(POSTGRES, migrations=MIGRATIONS[:1])
+        assert migrations.migrate(conn.execute, old, "the test database") == 1
+    with pytest.raises(StoreError, match=r"schema version 1, older.*tether migrate"):
+        PostgresStore(pg_url, read_only=True)
+    with PostgresStore(pg_url) as store:
+        assert store.schema_version == len(MIGRATIONS)
+    with psycopg.connect(conninfo) as conn:
+        conn.execute(f'INSERT INTO "{schema}".schema_migrations VALUES (99, 0)')
+    with pytest.raises(StoreError, match="version 99, newer than this tether"):
+        PostgresStore(pg_url)

@@ -2,14 +2,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.store_contract import StoreContract, run_record
 from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
-from tether.store import SQLiteStore, Store, open_store
-from tether.store.sqlite import MIGRATIONS
+from tether.store import SQLiteStore, Store, migrations, open_store
+from tether.store.sqlite import MIGRATIONS, SQLITE
+from tether.store.urls import sqlite_url, store_kind
 
 
 class TestSQLiteStore(StoreContract):
@@ -159,3 +161,74 @@ def test_read_only_refuses_a_file_that_needs_migrating(tmp_path: Path) -> None:
     c.close()
     with pytest.raises(StoreError, match="tether migrate"):
         SQLiteStore(url, read_only=True)
+
+
+@pytest.mark.parametrize("applied", range(1, len(MIGRATIONS)))
+def test_a_store_at_any_older_version_is_brought_up_to_date(tmp_path: Path, applied: int) -> None:
+    # A file as an older tether left it: the first `applied` migrations, through the runner.
+    c = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    old = replace(SQLITE, migrations=MIGRATIONS[:applied])
+    assert migrations.migrate(lambda sql, p: c.execute(sql, p or ()), old, "t.db") == applied
+    c.execute(
+        "INSERT INTO agent_effects (operation_key, run_id, call_id, tool_name, tool_version,"
+        " argument_digest, status, created_at, updated_at) VALUES ('k', 'r', 'c', 't', '1',"
+        " 'd', 'committed', 1, 1)"
+    )
+    c.close()
+    with pytest.raises(StoreError, match=rf"schema version {applied}, older.*tether migrate"):
+        SQLiteStore(f"sqlite:///{tmp_path}/t.db", read_only=True)
+    with SQLiteStore(f"sqlite:///{tmp_path}/t.db") as store:
+        assert store.schema_version == len(MIGRATIONS)
+        [kept] = store.list_effects()
+        with store.read() as tx:
+            assert tx.count_effects("r") == 1  # counted by the migration that added counts
+    assert kept.operation_key == "k" and kept.schema_digest is None
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///rel.db", "rel.db"),
+        ("sqlite:///sub/rel.db?synchronous=normal", "sub/rel.db"),
+        ("sqlite:////abs/x.db", "/abs/x.db"),
+        ("sqlite:///:memory:", ":memory:"),
+        ("sqlite:///odd#name%20.db", "odd#name%20.db"),  # taken as written
+        ("plain.sqlite3", "plain.sqlite3"),
+        ("/abs/plain.db", "/abs/plain.db"),
+    ],
+)
+def test_sqlite_urls_name_their_file(url: str, path: str) -> None:
+    assert store_kind(url) == "sqlite"
+    assert sqlite_url(url)[0] == path
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("memory://", "memory"),
+        ("memory:", "memory"),
+        ("postgresql://u@h/db", "postgresql"),
+        ("postgres:///db", "postgresql"),
+        ("POSTGRESQL://u@h/db", "postgresql"),
+    ],
+)
+def test_other_store_urls(url: str, kind: str) -> None:
+    assert store_kind(url) == kind
+
+
+@pytest.mark.parametrize(
+    ("url", "advice"),
+    [
+        ("sqlite:///x.db?synchronus=normal", "unknown parameter 'synchronus'"),
+        ("sqlite:///", "no file in SQLite URL"),
+        ("memory://shared", "takes no name or options"),
+        ("postgresql:db", "write postgresql://user@host:5432/dbname"),
+        ("postgresql://u@[::1/db", "malformed store URL"),
+        ("mysql://root:hunter2@db/x", "no store for URL 'mysql://root:***@db/x'; use sqlite:///"),
+    ],
+)
+def test_malformed_urls_say_what_to_write(url: str, advice: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url)
+    assert advice in str(refused.value)
+    assert "hunter2" not in str(refused.value)

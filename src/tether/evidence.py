@@ -24,21 +24,21 @@ from typing import Any
 
 from tether.approvals import Approval
 from tether.audit import AuditEntry, AuditHead, AuditReport, verify_chains
-from tether.digest import canonical_json, evolve, sha256_hex
+from tether.digest import canonical_json, sha256_hex
 from tether.keys import AuditKeys
 from tether.ledger import Effect
+from tether.records import shape
 
 EFFECT = "effect:"
 APPROVAL = "approval:"
 RUN = "run:"
 
-# The columns a digest covers, in the order the SQL backends select them.
-EFFECT_COLUMNS = (
-    "operation_key, run_id, call_id, tool_name, tool_version, argument_digest, status, "
-    "result_digest, external_reference, result_json, error, attempts, created_at, updated_at, "
-    "schema_digest"
-)
-APPROVAL_COLUMNS = "approval_id, run_id, call_id, status, created_at, expires_at, record_json"
+# The columns a digest covers, in the order the SQL backends select them: an effect's are its
+# fields (``Effect`` declares them in column order); an approval's row is a few indexed
+# fields beside the whole record as JSON.
+EFFECT_COLUMNS = Effect.columns()
+APPROVAL_INDEX = ("approval_id", "run_id", "call_id", "status", "created_at", "expires_at")
+APPROVAL_COLUMNS = ", ".join((*APPROVAL_INDEX, "record_json"))
 
 
 def row_digest(cells: Sequence[Any]) -> str:
@@ -47,47 +47,24 @@ def row_digest(cells: Sequence[Any]) -> str:
 
 
 def effect_cells(e: Effect) -> tuple[Any, ...]:
-    """An effect as its row (``EFFECT_COLUMNS``), as it is written."""
-    return (
-        e.operation_key,
-        e.run_id,
-        e.call_id,
-        e.tool_name,
-        e.tool_version,
-        e.argument_digest,
-        e.status.value,
-        e.result_digest,
-        e.external_reference,
-        e.result_json,
-        e.error,
-        e.attempts,
-        e.created_at,
-        e.updated_at,
-        e.schema_digest,
-    )
+    """An effect as its row (``EFFECT_COLUMNS``), as it is written and read back (the
+    timestamps as floats, whatever number they were given as)."""
+    return e.row()
 
 
 def effect_digest(e: Effect) -> str:
-    """The digest of ``e``'s row, as ``row_digest`` gives it for the row read back (where
-    the timestamps come back as floats, whatever number they were written as)."""
-    read_back = evolve(e, created_at=float(e.created_at), updated_at=float(e.updated_at))
-    return row_digest(effect_cells(read_back))
+    """The digest of ``e``'s row, as ``row_digest`` gives it for the row read back."""
+    return row_digest(e.row())
+
+
+def approval_cells(a: Approval) -> tuple[Any, ...]:
+    """An approval as its row (``APPROVAL_COLUMNS``), as it is written and read back."""
+    return (*shape(Approval).cells(a, APPROVAL_INDEX), canonical_json(a.to_dict()))
 
 
 def approval_digest(a: Approval) -> str:
     """The digest of ``a``'s row: its indexed columns and its record."""
-    record = canonical_json(a.to_dict())
-    return row_digest(
-        (
-            a.approval_id,
-            a.run_id,
-            a.call_id,
-            a.status.value,
-            float(a.created_at),
-            float(a.expires_at),
-            record,
-        )
-    )
+    return row_digest(approval_cells(a))
 
 
 # -- the cross-check --------------------------------------------------------------------------

@@ -1,14 +1,15 @@
 """The effect ledger's vocabulary: operation keys, effect records and their state machine.
 
-    prepared -> dispatched -> committed | failed | unknown
+    dispatched -> committed | failed | unknown
     unknown  -> reconciled_committed | reconciled_absent
     reconciled_absent -> dispatched        (the call never happened: it may be sent again,
                                             with the same key)
 
-``dispatched`` is written durably *before* the tool is called, so after a crash the ledger
-knows which calls may have happened. A timeout is ``unknown``, never ``failed``: we do not
-know whether the outside world changed. Only asking the outside system (reconciliation)
-moves an unknown effect on; a retry is allowed only once it is known to be absent.
+An effect is born ``dispatched``, written durably *before* the tool is called, so after a
+crash the ledger knows which calls may have happened. A timeout is ``unknown``, never
+``failed``: we do not know whether the outside world changed. Only asking the outside system
+(reconciliation) moves an unknown effect on; a retry is allowed only once it is known to be
+absent.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from tether.digest import evolve
 from tether.errors import InvalidTransition
+from tether.records import FIXED, Record
 
 
 class EffectStatus(StrEnum):
     """The states of an effect; see the module docstring for the machine."""
 
-    PREPARED = "prepared"
+    # There is no "prepared": no row was ever written before dispatch, so the state was never
+    # offered to anything that reads the ledger. The status column has no CHECK constraint, so
+    # the schema needs no change for it.
     DISPATCHED = "dispatched"
     COMMITTED = "committed"
     FAILED = "failed"
@@ -48,7 +52,6 @@ _TERMINAL = frozenset(
 )
 
 TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
-    EffectStatus.PREPARED: frozenset({EffectStatus.DISPATCHED}),
     EffectStatus.DISPATCHED: frozenset(
         {EffectStatus.COMMITTED, EffectStatus.FAILED, EffectStatus.UNKNOWN}
     ),
@@ -75,26 +78,29 @@ def _escape(part: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Effect:
+class Effect(Record):
     """One row of the ledger (seed 000 ``agent_effects`` plus timestamps and attempts)."""
 
-    operation_key: str
-    run_id: str
-    call_id: str
-    tool_name: str
-    tool_version: str
-    argument_digest: str
+    # The fields in ``agent_effects`` column order, which is also the order of the cells its
+    # row digest covers (``tether.evidence``): reordering them changes every effect digest.
+    operation_key: Annotated[str, FIXED]
+    run_id: Annotated[str, FIXED]
+    call_id: Annotated[str, FIXED]
+    tool_name: Annotated[str, FIXED]
+    tool_version: Annotated[str, FIXED]
+    argument_digest: Annotated[str, FIXED]
     status: EffectStatus
-    # The manifest's schema digest when the call was dispatched: a call replayed after the
-    # tool's schema changed is a conflict, not a replay (I2).
-    schema_digest: str | None = None
     result_digest: str | None = None
     external_reference: str | None = None
     result_json: str | None = None
     error: str | None = None
     attempts: int = 0
-    created_at: float = 0.0
+    created_at: Annotated[float, FIXED] = 0.0
     updated_at: float = 0.0
+    # The manifest's schema digest when the call was dispatched: a call replayed after the
+    # tool's schema changed is a conflict, not a replay (I2). Last: a later migration added
+    # the column.
+    schema_digest: Annotated[str | None, FIXED] = None
 
     def advance(self, target: EffectStatus, now: float, **changes: Any) -> Effect:
         """The effect in ``target`` state; raises on a transition the machine forbids."""
@@ -116,28 +122,3 @@ class Effect:
         if argument_digest != self.argument_digest:
             found.append("arguments")
         return tuple(found)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "operation_key": self.operation_key,
-            "run_id": self.run_id,
-            "call_id": self.call_id,
-            "tool_name": self.tool_name,
-            "tool_version": self.tool_version,
-            "argument_digest": self.argument_digest,
-            "status": self.status.value,
-            "schema_digest": self.schema_digest,
-            "result_digest": self.result_digest,
-            "external_reference": self.external_reference,
-            "result_json": self.result_json,
-            "error": self.error,
-            "attempts": self.attempts,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Effect:
-        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        fields["status"] = EffectStatus(data["status"])
-        return cls(**fields)

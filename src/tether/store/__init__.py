@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-from tether.errors import ConfigurationError, ReadOnlyStore, StoreMissing
+from tether.errors import ReadOnlyStore, StoreMissing
 from tether.keys import AuditKeys
 from tether.store.base import RunRecord, StepRecord, Store, Tx
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore
+from tether.store.urls import store_kind
 
 DEFAULT_URL = "sqlite:///tether.db"
 
@@ -20,25 +21,21 @@ def open_store(
     read_only: bool = False,
     keys: AuditKeys | None = None,
 ) -> Store:
-    """The store a URL names: ``sqlite:///path``, ``postgresql://…``, ``memory://``;
-    default ``$TETHER_DB``.
+    """The store a URL names: ``sqlite:///path``, ``postgresql://…``, ``memory://``
+    (``tether.store.urls`` lists every form); default ``$TETHER_DB``.
 
     ``create=False`` refuses a store that does not exist yet (``StoreMissing``) instead of
     making one; ``read_only=True`` (which implies it) also migrates and writes nothing."""
     url = url or os.environ.get("TETHER_DB") or DEFAULT_URL
     create = create and not read_only
-    if url.startswith("memory:"):
+    kind = store_kind(url)
+    if kind == "memory":
         return MemoryStore(keys=keys)
-    if url.startswith("sqlite:") or url.endswith((".db", ".sqlite", ".sqlite3")):
+    if kind == "sqlite":
         return SQLiteStore(url, create=create, read_only=read_only, keys=keys)
-    if url.startswith(("postgresql://", "postgres://")):
-        from tether.store.postgres import PostgresStore  # needs the postgres extra
+    from tether.store.postgres import PostgresStore  # needs the postgres extra
 
-        return PostgresStore(url, create=create, read_only=read_only, keys=keys)
-    raise ConfigurationError(
-        f"no store for URL {url!r}; use sqlite:///path/to/tether.db, "
-        "postgresql://user@host/db or memory://"
-    )
+    return PostgresStore(url, create=create, read_only=read_only, keys=keys)
 
 
 __all__ = [

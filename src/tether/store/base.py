@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from tether import keys as keyring
 from tether.approvals import Approval, ApprovalStatus
@@ -47,6 +47,7 @@ from tether.evidence import (
 from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
 from tether.lifecycle import RunStatus
+from tether.records import FIXED, Record
 
 # tether_meta keys
 STORE_ID = "store_id"  # names the store in checkpoints and in its default key file
@@ -54,41 +55,27 @@ AUDIT_KEY_ID = "audit_key_id"  # the current audit key; a ring without it cannot
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunRecord:
-    """Seed 000's ``agent_runs`` row, plus timestamps."""
+class RunRecord(Record):
+    """Seed 000's ``agent_runs`` row, plus timestamps (fields in column order)."""
 
-    run_id: str
+    run_id: Annotated[str, FIXED]
     state_version: int
     status: str
-    principal_id: str
-    tenant_id: str
+    principal_id: Annotated[str, FIXED]
+    tenant_id: Annotated[str, FIXED]
     policy_version: str
     checkpoint_json: str
-    created_at: float
+    created_at: Annotated[float, FIXED]
     updated_at: float
     # Who is driving the run, and until when; a run whose lease has expired is free to claim.
     lease_owner: str | None = None
     lease_expires_at: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "state_version": self.state_version,
-            "status": self.status,
-            "principal_id": self.principal_id,
-            "tenant_id": self.tenant_id,
-            "policy_version": self.policy_version,
-            "checkpoint_json": self.checkpoint_json,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "lease_owner": self.lease_owner,
-            "lease_expires_at": self.lease_expires_at,
-        }
-
 
 @dataclass(frozen=True, kw_only=True)
-class StepRecord:
-    """One step of a run as ``tether runs show`` prints it (seed 004's step kinds)."""
+class StepRecord(Record):
+    """One step of a run as ``tether runs show`` prints it (seed 004's step kinds); its row in
+    ``run_steps`` is the run id, then these."""
 
     seq: int
     turn: int
@@ -96,27 +83,18 @@ class StepRecord:
     detail: str
     at: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "turn": self.turn,
-            "kind": self.kind,
-            "detail": self.detail,
-            "at": self.at,
-        }
-
 
 @dataclass(frozen=True)
-class CredentialRecord:
+class CredentialRecord(Record):
     """A stored credential: who it names, what kind of identity, and only the hash of its
     secret (the secret itself is shown once, when it is made, and never stored)."""
 
-    credential_id: str
-    name: str
-    kind: str  # "approver" or "principal"
-    token_hash: str
+    credential_id: Annotated[str, FIXED]
+    name: Annotated[str, FIXED]
+    kind: Annotated[str, FIXED]  # "approver" or "principal"
+    token_hash: Annotated[str, FIXED]
     record_json: str  # tenants, scopes and the rest, as canonical JSON
-    created_at: float
+    created_at: Annotated[float, FIXED]
     revoked_at: float | None = None
 
 

@@ -100,7 +100,9 @@ class MemoryTx(Tx):
         return sorted(found, key=lambda a: a.created_at)
 
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
-        ids = self.t.by_call.get((run_id, call_id), ())
+        # Newest first, so that of two made at the same moment the later one wins, as the SQL
+        # stores break the tie by insertion order.
+        ids = reversed(self.t.by_call.get((run_id, call_id), ()))
         found = [self.t.approvals[i] for i in ids]
         return max(found, key=lambda a: a.created_at) if found else None
 

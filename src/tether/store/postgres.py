@@ -34,13 +34,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
 from tether.keys import NO_KEYS, AuditKeys, config_key_path
+from tether.store import migrations
 from tether.store.base import RunRecord, Tx
-from tether.store.sql import (
-    RUN_COLUMNS,
-    SQLStore,
-    SQLTx,
-    run_from_row,
-)
+from tether.store.sql import RUN_COLUMNS, SQLStore, SQLTx
 
 try:
     import psycopg
@@ -48,7 +44,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'tether[postgres]'") from e
 
-# Position in this list is the schema version; append, never edit.
+# Position in this list is the schema version; append, never edit (store/migrations.py says
+# why it is one shorter than SQLite's).
 MIGRATIONS: list[str] = [
     """
     CREATE TABLE agent_runs (
@@ -176,6 +173,11 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
+# psycopg sends a script without parameters as one multi-statement query.
+POSTGRES = migrations.Dialect(
+    migrations=MIGRATIONS, mark="%s", float_type="DOUBLE PRECISION", split=lambda s: [s]
+)
+
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 PROBE_TIMEOUT_S = 3
@@ -200,7 +202,7 @@ class PostgresTx(SQLTx):
         row = self._one(
             f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = %s FOR UPDATE", (run_id,)
         )
-        return None if row is None else run_from_row(row)
+        return None if row is None else RunRecord.from_row(row)
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
         # SKIP LOCKED: workers polling at once each get different runs, and none waits.
@@ -210,7 +212,7 @@ class PostgresTx(SQLTx):
             "ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED",
             (now, limit),
         ).fetchall()
-        return [run_from_row(r) for r in rows]
+        return [RunRecord.from_row(r) for r in rows]
 
     def _audit_head(self, chain: str) -> AuditHead | None:
         # FOR UPDATE: the head row is the chain's lock; appends to other chains do not wait.
@@ -372,18 +374,9 @@ class PostgresStore(SQLStore):
             row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
             if not (row and row[0]):
                 raise StoreMissing(f"no tether store at {safe_url(self.url)}")
-            found = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
-            version = found.fetchone()
-        current = int(version[0]) if version else 0
-        if current_only and current != len(MIGRATIONS):
-            raise StoreError(
-                f"the database has schema version {current}, this tether {len(MIGRATIONS)}: "
-                + (
-                    "upgrade tether"
-                    if current > len(MIGRATIONS)
-                    else "run `tether migrate` before reading it read-only"
-                )
-            )
+            current = migrations.schema_version(conn.execute)
+        if current_only:
+            migrations.check_current(current, POSTGRES, safe_url(self.url))
 
     def default_key_path(self, store_id: str | None) -> Path | None:
         return None if store_id is None else config_key_path(store_id)
@@ -391,8 +384,7 @@ class PostgresStore(SQLStore):
     @property
     def schema_version(self) -> int:
         with self._pool.connection() as conn:
-            row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
-        return int(row[0]) if row else 0
+            return migrations.schema_version(conn.execute)
 
     def migrate(self) -> int:
         """Apply the migrations this database lacks; concurrent migrators take turns."""
@@ -404,28 +396,9 @@ class PostgresStore(SQLStore):
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether-migrate'))")
                 if self.schema is not None:
                     conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations "
-                    "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
-                )
-                row = conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM schema_migrations"
-                ).fetchone()
-                current = int(row[0]) if row else 0
-                if current > len(MIGRATIONS):
-                    raise StoreError(
-                        f"the database has schema version {current}, newer than this tether "
-                        f"({len(MIGRATIONS)}); upgrade tether"
-                    )
-                for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-                    conn.execute(script)  # psycopg sends it as one multi-statement query
-                    conn.execute(
-                        "INSERT INTO schema_migrations VALUES (%s, extract(epoch from now()))",
-                        (version,),
-                    )
+                return migrations.migrate(conn.execute, POSTGRES, safe_url(self.url))
         except psycopg.Error as e:
             raise StoreError(f"cannot migrate {safe_url(self.url)}: {_one_line(e)}") from e
-        return len(MIGRATIONS)
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:

@@ -1,12 +1,14 @@
-"""What the SQL backends (SQLite, PostgreSQL) share: how records map to rows, the listing
-queries, which differ only in their placeholder and tie-break column, and reading the evidence
-(log, heads and row digests) in one snapshot."""
+"""What the SQL backends (SQLite, PostgreSQL) share: the statements that write and read
+records (made from the records' own fields, ``tether.records``), the listing queries, which
+differ only in their placeholder and tie-break column, and reading the evidence (log, heads
+and row digests) in one snapshot."""
 
 from __future__ import annotations
 
 import abc
 import json
 from collections.abc import Iterator, Sequence
+from functools import cache
 from typing import Any
 
 from tether.approvals import Approval, ApprovalStatus
@@ -19,72 +21,61 @@ from tether.evidence import (
     EFFECT_COLUMNS,
     RUN,
     Evidence,
+    approval_cells,
     effect_cells,
     row_digest,
 )
 from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import CredentialRecord, RunRecord, StepRecord, Store, Tx
+from tether.records import Record, shape
+from tether.store.base import CallView, CredentialRecord, RunRecord, StepRecord, Store, Tx
 
-CREDENTIAL_COLUMNS = "credential_id, name, kind, token_hash, record_json, created_at, revoked_at"
-RUN_COLUMNS = (
-    "run_id, state_version, status, principal_id, tenant_id, policy_version, checkpoint_json, "
-    "created_at, updated_at, lease_owner, lease_expires_at"
+RUN_COLUMNS = RunRecord.columns()
+CREDENTIAL_COLUMNS = CredentialRecord.columns()
+STEP_COLUMNS = StepRecord.columns()
+
+
+def insert(table: str, columns: str) -> str:
+    """An insert of one row into these columns; "the key exists" is a row count of 0."""
+    marks = ", ".join("?" for _ in columns.split(","))
+    return f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+
+
+def assignments(record: type[Record]) -> str:
+    """``a = ?, b = ?`` for the columns an update of ``record`` writes (the fields not
+    annotated ``FIXED``), in the order ``changing_cells`` gives their values."""
+    return ", ".join(f"{c} = ?" for c in record.changing_columns())
+
+
+INSERT_RUN = insert("agent_runs", RUN_COLUMNS)
+INSERT_EFFECT = insert("agent_effects", EFFECT_COLUMNS)
+INSERT_APPROVAL = insert("approvals", APPROVAL_COLUMNS)
+INSERT_CREDENTIAL = insert("credentials", CREDENTIAL_COLUMNS)
+INSERT_STEP = insert("run_steps", f"run_id, {STEP_COLUMNS}")
+CAS_RUN = f"UPDATE agent_runs SET {assignments(RunRecord)} WHERE run_id = ? AND state_version = ?"
+CAS_EFFECT = (
+    f"UPDATE agent_effects SET {assignments(Effect)} WHERE operation_key = ? AND status = ?"
 )
+UPDATE_CREDENTIAL = (
+    f"UPDATE credentials SET {assignments(CredentialRecord)} WHERE credential_id = ?"
+)
+RUN_WIDTH, EFFECT_WIDTH = len(shape(RunRecord).names), len(shape(Effect).names)
 
 
-def effect_from_row(row: tuple[Any, ...]) -> Effect:
-    return Effect(
-        operation_key=row[0],
-        run_id=row[1],
-        call_id=row[2],
-        tool_name=row[3],
-        tool_version=row[4],
-        argument_digest=row[5],
-        status=EffectStatus(row[6]),
-        result_digest=row[7],
-        external_reference=row[8],
-        result_json=row[9],
-        error=row[10],
-        attempts=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-        schema_digest=row[14],
-    )
-
-
-effect_row = effect_cells  # the row is what its digest covers, column for column
-
-
-def run_from_row(row: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        state_version=row[1],
-        status=row[2],
-        principal_id=row[3],
-        tenant_id=row[4],
-        policy_version=row[5],
-        checkpoint_json=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        lease_owner=row[9],
-        lease_expires_at=row[10],
-    )
-
-
-def run_row(run: RunRecord) -> tuple[Any, ...]:
+@cache
+def call_view_sql(approval_order: str) -> str:
+    """The gate's one read per call (``Tx.call_view``): the run, the call's effect, the
+    latest approval for the call (ordered as ``find_approval`` orders them) and the run's
+    effect count from the trigger-kept ``effect_counts``. The run and effect are LEFT JOINed
+    to a one-row FROM, so what is missing comes back as NULLs rather than as no row."""
     return (
-        run.run_id,
-        run.state_version,
-        run.status,
-        run.principal_id,
-        run.tenant_id,
-        run.policy_version,
-        run.checkpoint_json,
-        run.created_at,
-        run.updated_at,
-        run.lease_owner,
-        run.lease_expires_at,
+        f"SELECT {RunRecord.columns('r')}, {Effect.columns('e')}, "
+        "(SELECT record_json FROM approvals WHERE run_id = ? AND call_id = ? "
+        f"ORDER BY created_at DESC, {approval_order} DESC LIMIT 1), "
+        "(SELECT n FROM effect_counts WHERE run_id = ?) "
+        "FROM (SELECT 1 AS one) AS one "
+        "LEFT JOIN agent_runs r ON r.run_id = ? "
+        "LEFT JOIN agent_effects e ON e.run_id = ? AND e.call_id = ?"
     )
 
 
@@ -144,7 +135,7 @@ class SQLStore(Store):
         rows = self._query(
             f"SELECT {RUN_COLUMNS} FROM agent_runs {where} ORDER BY created_at, run_id", params
         )
-        return [run_from_row(r) for r in rows]
+        return [RunRecord.from_row(r) for r in rows]
 
     def list_effects(self, run_id: str | None = None) -> list[Effect]:
         where, params = (f"WHERE run_id = {self.MARK}", (run_id,)) if run_id else ("", ())
@@ -153,13 +144,13 @@ class SQLStore(Store):
             f"ORDER BY created_at, {self.EFFECT_ORDER}",
             params,
         )
-        return [effect_from_row(r) for r in rows]
+        return [Effect.from_row(r) for r in rows]
 
     def list_credentials(self) -> list[CredentialRecord]:
         rows = self._query(
             f"SELECT {CREDENTIAL_COLUMNS} FROM credentials ORDER BY created_at, credential_id"
         )
-        return [CredentialRecord(*r) for r in rows]
+        return [CredentialRecord.from_row(r) for r in rows]
 
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None
@@ -169,7 +160,7 @@ class SQLStore(Store):
             f"SELECT record_json FROM approvals {where} ORDER BY created_at, {self.APPROVAL_ORDER}",
             params,
         )
-        return [Approval.from_dict(json.loads(r[0])) for r in rows]
+        return [approval_from_json(r[0]) for r in rows]
 
 
 STATE_QUERIES = (
@@ -191,8 +182,12 @@ def state_digests(
     }
 
 
+def approval_from_json(record_json: str) -> Approval:
+    return Approval.from_dict(json.loads(record_json))
+
+
 def approval_from_row(row: tuple[Any, ...] | None) -> Approval | None:
-    return None if row is None else Approval.from_dict(json.loads(row[0]))
+    return None if row is None else approval_from_json(row[0])
 
 
 class SQLTx(Tx):
@@ -224,29 +219,44 @@ class SQLTx(Tx):
     # -- reads -------------------------------------------------------------------------------
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._one(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,))
-        return None if row is None else run_from_row(row)
+        return None if row is None else RunRecord.from_row(row)
 
     def _runs_with_status(self, status: str) -> list[RunRecord]:
         rows = self._all(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,))
-        return [run_from_row(r) for r in rows]
+        return [RunRecord.from_row(r) for r in rows]
 
     def get_effect(self, operation_key: str) -> Effect | None:
         row = self._one(
             f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE operation_key = ?",
             (operation_key,),
         )
-        return None if row is None else effect_from_row(row)
+        return None if row is None else Effect.from_row(row)
 
     def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
         row = self._one(
             f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE run_id = ? AND call_id = ?",
             (run_id, call_id),
         )
-        return None if row is None else effect_from_row(row)
+        return None if row is None else Effect.from_row(row)
 
     def count_effects(self, run_id: str) -> int:
         row = self._one("SELECT n FROM effect_counts WHERE run_id = ?", (run_id,))
         return 0 if row is None else int(row[0])
+
+    def call_view(self, run_id: str, call_id: str) -> CallView:
+        # One statement, one round trip: the gate reads this at every call.
+        row = self._one(
+            call_view_sql(self.APPROVAL_ORDER), (run_id, call_id, run_id, run_id, run_id, call_id)
+        )
+        assert row is not None  # the FROM is one row, whatever the joins find
+        run, effect = row[:RUN_WIDTH], row[RUN_WIDTH : RUN_WIDTH + EFFECT_WIDTH]
+        approval_json, count = row[RUN_WIDTH + EFFECT_WIDTH :]
+        return CallView(
+            run=None if run[0] is None else RunRecord.from_row(run),
+            effect=None if effect[0] is None else Effect.from_row(effect),
+            approval=None if approval_json is None else approval_from_json(approval_json),
+            effect_count=0 if count is None else int(count),
+        )
 
     def get_meta(self, key: str) -> str | None:
         row = self._one("SELECT value FROM tether_meta WHERE key = ?", (key,))
@@ -265,35 +275,20 @@ class SQLTx(Tx):
         row = self._one(
             f"SELECT {CREDENTIAL_COLUMNS} FROM credentials WHERE token_hash = ?", (token_hash,)
         )
-        return None if row is None else CredentialRecord(*row)
+        return None if row is None else CredentialRecord.from_row(row)
 
     def get_credential(self, credential_id: str) -> CredentialRecord | None:
         row = self._one(
             f"SELECT {CREDENTIAL_COLUMNS} FROM credentials WHERE credential_id = ?",
             (credential_id,),
         )
-        return None if row is None else CredentialRecord(*row)
+        return None if row is None else CredentialRecord.from_row(row)
 
     def _insert_credential(self, c: CredentialRecord) -> bool:
-        return self._changed(
-            f"INSERT INTO credentials ({CREDENTIAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
-            (
-                c.credential_id,
-                c.name,
-                c.kind,
-                c.token_hash,
-                c.record_json,
-                c.created_at,
-                c.revoked_at,
-            ),
-        )
+        return self._changed(INSERT_CREDENTIAL, c.row())
 
     def _update_credential(self, c: CredentialRecord) -> bool:
-        return self._changed(
-            "UPDATE credentials SET record_json = ?, revoked_at = ? WHERE credential_id = ?",
-            (c.record_json, c.revoked_at, c.credential_id),
-        )
+        return self._changed(UPDATE_CREDENTIAL, (*c.changing_cells(), c.credential_id))
 
     def get_approval(self, approval_id: str) -> Approval | None:
         return approval_from_row(
@@ -306,7 +301,7 @@ class SQLTx(Tx):
             f"ORDER BY created_at, {self.APPROVAL_ORDER}",
             (run_id,),
         )
-        return [Approval.from_dict(json.loads(r[0])) for r in rows]
+        return [approval_from_json(r[0]) for r in rows]
 
     def find_approval(self, run_id: str, call_id: str) -> Approval | None:
         return approval_from_row(
@@ -323,10 +318,9 @@ class SQLTx(Tx):
 
     def steps(self, run_id: str) -> list[StepRecord]:
         rows = self._all(
-            "SELECT seq, turn, kind, detail, at FROM run_steps WHERE run_id = ? ORDER BY seq",
-            (run_id,),
+            f"SELECT {STEP_COLUMNS} FROM run_steps WHERE run_id = ? ORDER BY seq", (run_id,)
         )
-        return [StepRecord(seq=r[0], turn=r[1], kind=r[2], detail=r[3], at=r[4]) for r in rows]
+        return [StepRecord.from_row(r) for r in rows]
 
     # -- writes ------------------------------------------------------------------------------
     def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
@@ -336,35 +330,13 @@ class SQLTx(Tx):
         )
 
     def _insert_step(self, run_id: str, step: StepRecord) -> bool:
-        return self._changed(
-            "INSERT INTO run_steps VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (run_id, step.seq, step.turn, step.kind, step.detail, step.at),
-        )
+        return self._changed(INSERT_STEP, (run_id, *step.row()))
 
     def _insert_run(self, run: RunRecord) -> bool:
-        return self._changed(
-            f"INSERT INTO agent_runs ({RUN_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            run_row(run),
-        )
+        return self._changed(INSERT_RUN, run.row())
 
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
-        return self._changed(
-            "UPDATE agent_runs SET state_version = ?, status = ?, policy_version = ?, "
-            "checkpoint_json = ?, updated_at = ?, lease_owner = ?, lease_expires_at = ? "
-            "WHERE run_id = ? AND state_version = ?",
-            (
-                run.state_version,
-                run.status,
-                run.policy_version,
-                run.checkpoint_json,
-                run.updated_at,
-                run.lease_owner,
-                run.lease_expires_at,
-                run.run_id,
-                expected_version,
-            ),
-        )
+        return self._changed(CAS_RUN, (*run.changing_cells(), run.run_id, expected_version))
 
     def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
         return self._changed(
@@ -373,46 +345,18 @@ class SQLTx(Tx):
         )
 
     def _insert_effect(self, effect: Effect) -> bool:
-        return self._changed(
-            f"INSERT INTO agent_effects ({EFFECT_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            effect_row(effect),
-        )
+        return self._changed(INSERT_EFFECT, effect_cells(effect))
 
     def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
         return self._changed(
-            "UPDATE agent_effects SET status = ?, result_digest = ?, external_reference = ?, "
-            "result_json = ?, error = ?, attempts = ?, updated_at = ? "
-            "WHERE operation_key = ? AND status = ?",
-            (
-                effect.status.value,
-                effect.result_digest,
-                effect.external_reference,
-                effect.result_json,
-                effect.error,
-                effect.attempts,
-                effect.updated_at,
-                effect.operation_key,
-                expected.value,
-            ),
+            CAS_EFFECT, (*effect.changing_cells(), effect.operation_key, expected.value)
         )
 
     def _insert_approval(self, approval: Approval) -> bool:
-        return self._changed(
-            "INSERT INTO approvals (approval_id, run_id, call_id, status, created_at, expires_at,"
-            " record_json) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (
-                approval.approval_id,
-                approval.run_id,
-                approval.call_id,
-                approval.status.value,
-                approval.created_at,
-                approval.expires_at,
-                canonical_json(approval.to_dict()),
-            ),
-        )
+        return self._changed(INSERT_APPROVAL, approval_cells(approval))
 
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
+        # Of the indexed columns only the status ever changes; the record carries the rest.
         return self._changed(
             "UPDATE approvals SET status = ?, record_json = ? WHERE approval_id = ? AND status = ?",
             (

@@ -18,7 +18,6 @@ import os
 import sqlite3
 import stat
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -28,13 +27,16 @@ from urllib.parse import quote
 from tether.audit import MAIN, AuditEntry, AuditHead
 from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
 from tether.keys import NO_KEYS, AuditKeys
+from tether.store import migrations
 from tether.store.base import Tx
 from tether.store.sql import (
     SQLStore,
     SQLTx,
 )
+from tether.store.urls import sqlite_url
 
-# Position in this list is the schema version; append, never edit.
+# Position in this list is the schema version; append, never edit (store/migrations.py says
+# why it is one longer than PostgreSQL's).
 MIGRATIONS: list[str] = [
     """
     CREATE TABLE agent_runs (
@@ -208,38 +210,7 @@ def statements(script: str) -> list[str]:
     return out
 
 
-def path_from_url(url: str) -> str:
-    """``sqlite:///rel.db`` is relative, ``sqlite:////abs/x.db`` absolute; a bare path works.
-    Anything else that starts ``sqlite:`` is refused rather than guessed at: ``sqlite:/x.db``
-    would otherwise make a folder named ``sqlite:``."""
-    if url.startswith("sqlite:///"):
-        rest = url[len("sqlite:///") :]
-    elif url.startswith("sqlite:"):
-        raise ConfigurationError(_malformed(url))
-    else:
-        rest = url
-    path = rest.split("?", 1)[0]
-    if not path:
-        raise ConfigurationError(f"no file in SQLite URL {url!r}; use sqlite:///path/to/tether.db")
-    return path
-
-
-def _malformed(url: str) -> str:
-    given = url[len("sqlite:") :].split("?", 1)[0]
-    name = given.lstrip("/") or "path/to/tether.db"
-    if given.startswith("//"):
-        return (
-            f"SQLite URL {url!r} is ambiguous: write sqlite:////{name} for /{name}, or "
-            f"sqlite:///{name} for {name} relative to the working directory"
-        )
-    if given.startswith("/"):
-        return (
-            f"malformed SQLite URL {url!r}: an absolute path takes four slashes, sqlite:////{name}"
-        )
-    return (
-        f"malformed SQLite URL {url!r}: write sqlite:///{name} for a path relative to the "
-        "working directory, or sqlite:////abs/path.db for an absolute one"
-    )
+SQLITE = migrations.Dialect(migrations=MIGRATIONS, mark="?", float_type="REAL", split=statements)
 
 
 def _read_only_file(path: str) -> bool:
@@ -295,7 +266,7 @@ class SQLiteStore(SQLStore):
         self.url = url
         self.read_only = read_only
         self.keys = NO_KEYS  # until _attach_keys finds the store's own; reading needs none
-        query = dict(part.split("=", 1) for part in url.partition("?")[2].split("&") if "=" in part)
+        self.path, query = sqlite_url(url)
         mode = (synchronous or query.get("synchronous", "full")).upper()
         if busy_timeout_s is None:
             try:
@@ -306,7 +277,6 @@ class SQLiteStore(SQLStore):
                 ) from None
         if mode not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigurationError(f"synchronous must be full, normal or extra, not {mode!r}")
-        self.path = path_from_url(url)
         in_memory = self.path == ":memory:"
         if not in_memory and (read_only or not create) and not os.path.isfile(self.path):
             where = os.path.abspath(self.path)
@@ -356,26 +326,15 @@ class SQLiteStore(SQLStore):
         """Opening read-only migrates nothing, so the file must already be current."""
         if not self._has_tables():
             raise StoreMissing(f"{self.path} is not a tether store (it has no tether tables)")
-        current = self.schema_version
-        if current != len(MIGRATIONS):
-            newer = current > len(MIGRATIONS)
-            raise StoreError(
-                f"{self.path} has schema version {current}, "
-                + (
-                    f"newer than this tether ({len(MIGRATIONS)}); upgrade tether"
-                    if newer
-                    else f"older than this tether's {len(MIGRATIONS)}; upgrade it with "
-                    "`tether migrate` before reading it read-only"
-                )
-            )
+        migrations.check_current(self.schema_version, SQLITE, self.path)
 
     def default_key_path(self, store_id: str | None) -> Path | None:
         return None if self.path == ":memory:" else Path(self.path + ".key")
 
     @property
     def schema_version(self) -> int:
-        row = self._conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-        return int(row[0] or 0)
+        with self._lock:
+            return migrations.schema_version(self._execute)
 
     def migrate(self) -> int:
         """Apply the migrations this file lacks; returns the schema version."""
@@ -383,31 +342,19 @@ class SQLiteStore(SQLStore):
             raise ReadOnlyStore(f"{self.path} is open read-only; cannot migrate it")
         with self._lock:
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute("BEGIN IMMEDIATE")  # one migrator at a time
             except sqlite3.OperationalError as e:
                 raise StoreError(f"cannot migrate {self.path}: {e}; try again shortly") from e
             try:
-                self._conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations "
-                    "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-                )
-                current = self.schema_version
-                if current > len(MIGRATIONS):
-                    raise StoreError(
-                        f"{self.path} has schema version {current}, newer than this tether "
-                        f"({len(MIGRATIONS)}); upgrade tether"
-                    )
-                for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-                    for statement in statements(script):
-                        self._conn.execute(statement)
-                    self._conn.execute(
-                        "INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time())
-                    )
+                version = migrations.migrate(self._execute, SQLITE, self.path)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-        return len(MIGRATIONS)
+        return version
+
+    def _execute(self, sql: str, params: tuple[Any, ...] | None) -> sqlite3.Cursor:
+        return self._conn.execute(sql, params or ())
 
     def transaction(self) -> AbstractContextManager[Tx]:
         if self.read_only:
