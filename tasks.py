@@ -75,6 +75,7 @@ def bench(args: list[str]) -> None:
         "bench_runs.py",
         "bench_recovery.py",
         "bench_pg.py",
+        "bench_call_view.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():

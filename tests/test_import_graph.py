@@ -40,7 +40,11 @@ def load_time_imports(path: Path, modules: set[str]) -> set[str]:
             if isinstance(sub, ast.Import):
                 names = [a.name for a in sub.names]
             elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
-                names = [sub.module] + [f"{sub.module}.{a.name}" for a in sub.names]
+                # ``from pkg import submodule`` needs the submodule, not the package's own
+                # names; ``from pkg import name`` needs the package.
+                for a in sub.names:
+                    full = f"{sub.module}.{a.name}"
+                    names.append(full if full in modules else sub.module)
             found |= {n for n in names if n in modules}
     return found
 
@@ -48,8 +52,14 @@ def load_time_imports(path: Path, modules: set[str]) -> set[str]:
 def graph() -> dict[str, set[str]]:
     files = {module_name(p): p for p in SRC.rglob("*.py")}
     modules = set(files)
-    # Every submodule loads the package first; that edge is Python's, not a design choice.
-    return {m: load_time_imports(p, modules) - {m, "tether"} for m, p in files.items()}
+    # A submodule always loads its parent packages first; that edge is Python's, not a
+    # design choice.
+    return {m: load_time_imports(p, modules) - {m, *parents(m)} for m, p in files.items()}
+
+
+def parents(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 def test_no_import_cycles() -> None:
