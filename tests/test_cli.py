@@ -27,10 +27,11 @@ def tether(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     d = tmp_path_factory.mktemp("demo")
-    out = tether("demo", "--db", f"sqlite:///{d}/demo.db", cwd=d)
+    out = tether("demo", "--json", "--db", f"sqlite:///{d}/demo.db", cwd=d)
     assert out.returncode == 0, out.stderr
-    last = [line for line in out.stdout.splitlines() if line.strip()][-1]
-    return d / "demo.db", json.loads(last)
+    [line] = out.stdout.splitlines()  # with --json, the one JSON line and nothing else
+    assert "seed004:" in out.stderr  # the story goes to the terminal still
+    return d / "demo.db", json.loads(line)
 
 
 def test_demo_prints_the_seeds_numbers(demo_db: tuple[Path, dict[str, object]]) -> None:
@@ -58,9 +59,10 @@ def test_demo_defaults_to_a_file_in_the_working_directory(tmp_path: Path) -> Non
     out = tether("demo", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "tether.db").exists()
-    again = tether("demo", cwd=tmp_path)  # a second demo on the same file also works
+    again = tether("demo", "--json", cwd=tmp_path)  # a second demo on the same file works too
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout.splitlines()[-1])["audit"]["intact"] is True
+    assert json.loads(again.stdout)["audit"]["intact"] is True
+    assert "audit intact" in out.stdout  # without --json: the story, for people
 
 
 def test_audit_verify_passes_untouched(demo_db: tuple[Path, dict[str, object]]) -> None:

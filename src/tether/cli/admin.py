@@ -1,0 +1,48 @@
+"""Setting up and trying out: ``tether demo``, ``tether migrate``, ``tether debug``."""
+
+from __future__ import annotations
+
+import click
+
+from tether.cli.output import echo_json, note
+from tether.cli.shared import open_store
+from tether.cli_common import DB_OPTION, JSON_OPTION
+
+
+@click.command()
+@DB_OPTION
+@JSON_OPTION
+def demo(db: str, as_json: bool) -> None:
+    """Run the three seed scenarios and print what happened (their numbers with --json)."""
+    from tether.demo.seeds import run_all
+
+    # With --json the story still goes to the terminal, on stderr: stdout is the numbers.
+    say = note if as_json else click.echo
+    with open_store(db, create=True) as store:
+        say(f"tether demo on {store.url}")
+        summary = run_all(store, say)
+    if as_json:
+        echo_json(summary)
+
+
+@click.command()
+@DB_OPTION
+def migrate(db: str) -> None:
+    """Create or upgrade the store's tables."""
+    with open_store(db, create=True) as store:
+        version = getattr(store, "schema_version", None)
+        click.echo(f"{store.url}: schema version {version}")
+
+
+@click.group()
+def debug() -> None:
+    """Tools for testing tether itself."""
+
+
+@debug.command("crash-points")
+def debug_crash_points() -> None:
+    """List the named crash points (arm one with TETHER_CRASH_AT=name[:n])."""
+    from tether.crash import POINTS
+
+    for name, what in POINTS.items():
+        click.echo(f"{name:<30} {what}")
