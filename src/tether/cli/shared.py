@@ -36,7 +36,6 @@ RUN_STATUSES = (
 )
 APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "used", "edited")
 EFFECT_STATUSES = (
-    "prepared",
     "dispatched",
     "committed",
     "failed",
