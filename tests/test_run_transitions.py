@@ -72,9 +72,9 @@ class GarbageModel:
 @pytest.mark.parametrize(
     ("model", "reason"),
     [
-        (RaisingModel(RuntimeError("connection reset")), "RuntimeError: connection reset"),
+        (RaisingModel(RuntimeError("connection reset")), "RuntimeError('connection reset')"),
         # A tether error that is not about the store: it would raise again at every resume.
-        (RaisingModel(ConfigurationError("no API key")), "ConfigurationError: no API key"),
+        (RaisingModel(ConfigurationError("no API key")), "ConfigurationError('no API key')"),
         (GarbageModel(None), "returned a NoneType, not a Message"),
         (GarbageModel("just text"), "returned a str, not a Message"),
         (GarbageModel(Message(role="assistant", content=42)), "content of type int"),  # type: ignore[arg-type]
@@ -84,7 +84,12 @@ class GarbageModel:
 def test_a_model_that_raises_or_returns_garbage_fails_the_run_with_the_reason(
     env: Env, model: Any, reason: str
 ) -> None:
-    result = env.runner(model=model).start("go", USER)
+    runner = env.runner(model=model)
+    run_id = runner.create("go", USER)
+    with pytest.raises(RunStateError, match="marked failed") as info:
+        runner.resume(run_id)
+    assert reason in str(info.value)
+    result = load_result(env.store, run_id)
     assert result.status == "failed"
     [error] = step_details(result, "error")
     assert reason in error

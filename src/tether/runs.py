@@ -100,6 +100,10 @@ class _Stopped(Exception):
     """The run finished while this driver held it (it was cancelled): stop, write nothing."""
 
 
+class _ModelBug(Exception):
+    """The model raised, or answered with something that is not a message."""
+
+
 class Runner:
     """Drives runs of one agent: a model and a gate (its registry, policy and store)."""
 
@@ -208,11 +212,14 @@ class Runner:
                 raise
             # A bug would raise again at every resume, leaving the run "running" with
             # nothing that can move it: fail it, saying why.
-            self._fail(run_id, f"internal error: {e!r}")
+            if isinstance(e, _ModelBug):
+                reason, fix = f"internal error: {e}", "fix the model, then start a new run"
+            else:
+                reason, fix = f"internal error: {e!r}", "start a new run, and please report the bug"
+            self._fail(run_id, reason)
             raise RunStateError(
-                f"run {run_id} failed on an internal error ({e!r}); it is marked failed "
-                "with that reason (see `tether runs show`): start a new run, and please "
-                "report the bug"
+                f"run {run_id} failed on an {reason}; it is marked failed with that reason "
+                f"(see `tether runs show`): {fix}"
             ) from e
         except BaseException:
             self._release(run_id)
@@ -346,9 +353,10 @@ class Runner:
             messages.append(reply)
 
     def _ask_model(self, messages: list[Message], tools: list[dict[str, Any]]) -> Message | str:
-        """The model's reply as it can be stored, or why the run must fail: a model that
-        raises, or answers with something that is not a message, would do it again at every
-        resume, so the run ends ``failed`` saying so rather than staying ``running``."""
+        """The model's reply as it can be stored, or (a provider's error) why the run failed.
+        A model that raises anything else, or answers with something that is not a message,
+        has a bug that would recur at every resume: ``_ModelBug`` fails the run, saying so."""
+        name = type(self.model).__name__
         try:
             reply: Any = self.model.complete(messages, tools)
         except ModelError as e:
@@ -356,10 +364,10 @@ class Runner:
         except _TRANSIENT:
             raise
         except Exception as e:
-            return f"model {type(self.model).__name__} raised {type(e).__name__}: {e}"
+            raise _ModelBug(f"model {name} raised {e!r}") from e
         problem = _not_a_reply(reply)
         if problem is not None:
-            return f"model {type(self.model).__name__} {problem}; the run cannot go on"
+            raise _ModelBug(f"model {name} {problem}")
         return _storable(reply)
 
     def _failed(self, run_id: str, reason: str, turn: int) -> RunResult:
