@@ -40,19 +40,60 @@ class App:
     # the app's own files beside it).
     on_open: Callable[[Store], None] | None = None
 
+    def __post_init__(self) -> None:
+        problem = _app_problem(self)
+        if problem is not None:
+            raise ConfigurationError(f"App: {problem}")
+
     def gate(self, store: Store) -> Gate:
         if self.on_open is not None:
             self.on_open(store)
         return Gate(self.registry, self.policy, store)
 
     def runner(self, store: Store, **options: Any) -> Runner:
+        model = self.model()
+        if not callable(getattr(model, "complete", None)):
+            raise ConfigurationError(
+                f"App: model() returned a {type(model).__name__}, which has no complete() "
+                "method; model must be a function of no arguments returning a model, e.g. "
+                "model=lambda: ScriptedModel([...])"
+            )
         return Runner(
             self.gate(store),
-            self.model(),
+            model,
             system=self.system,
             max_turns=self.max_turns,
             **options,
         )
+
+
+def _app_problem(app: App) -> str | None:
+    """What is wrong with an App's fields, said with the fix (a raw TypeError deep inside a
+    run, long after the App was built, would not say which field was wrong)."""
+    model_kind = type(app.model).__name__
+    is_instance = not isinstance(app.model, type) and callable(getattr(app.model, "complete", None))
+    if is_instance or not callable(app.model):
+        # An instance would be shared by every run (and every worker thread): a factory
+        # gives each runner its own.
+        return (
+            f"model is a {model_kind} instance, but App wants a function of no arguments that "
+            f"returns a model, one per run: write model=lambda: {model_kind}(...)"
+        )
+    expected: tuple[tuple[str, Any, type | tuple[type, ...], str], ...] = (
+        ("registry", app.registry, Registry, "a tether.tools.Registry with the tools"),
+        ("policy", app.policy, Policy, "a tether.policy.Policy (e.g. Policy.from_toml(path))"),
+        ("principal", app.principal, Principal, "a tether.policy.Principal"),
+        ("budget", app.budget, Budget, "a tether.budget.Budget"),
+        ("system", app.system, str, "the system prompt as text"),
+    )
+    for name, value, kind, wanted in expected:
+        if not isinstance(value, kind):
+            return f"{name} is a {type(value).__name__}; it must be {wanted}"
+    if isinstance(app.max_turns, bool) or not isinstance(app.max_turns, int) or app.max_turns < 1:
+        return f"max_turns is {app.max_turns!r}; it must be a whole number of turns, at least 1"
+    if app.on_open is not None and not callable(app.on_open):
+        return f"on_open is a {type(app.on_open).__name__}; it must be a function of the store"
+    return None
 
 
 EXPECTED = "module:attribute naming a tether App, or a function of no arguments returning one"

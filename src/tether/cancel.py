@@ -19,6 +19,7 @@ from tether.approvals import Approval, ApprovalStatus
 from tether.decisions import approval_audit
 from tether.errors import RunStateError
 from tether.lifecycle import RunStatus
+from tether.run_log import append
 from tether.store import Store
 from tether.store.base import RunRecord
 
@@ -82,12 +83,17 @@ def cancel(
                 data={**approval_audit(expired), "cause": "run_cancelled"},
             )
             closed.append(expired)
-        cancelled = tx.update_run(
+        detail = f"by {actor}" + (f": {reason}" if reason else "")
+        if closed:
+            detail += f"; closed {', '.join(a.approval_id for a in closed)}"
+        cancelled = append(
+            tx,
             record,
+            now=at,
+            steps=[("cancelled", detail)],
             status=RunStatus.CANCELLED.value,
             lease_owner=None,  # whoever drove it no longer may
             lease_expires_at=None,
-            updated_at=at,
         )
         tx.append_audit(
             "run_cancelled",

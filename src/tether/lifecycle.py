@@ -1,4 +1,5 @@
-"""The run vocabulary every layer shares: a run's statuses and who may drive it (leases).
+"""The run vocabulary every layer shares: a run's statuses, who may drive it (leases), and
+the one way a driver takes a run (``claim``), used by the runner and by workers alike.
 
 It sits low in the import graph, beside the store's records, so the store, decisions and the
 gate name statuses through ``RunStatus`` instead of spelling strings.
@@ -9,11 +10,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from tether.errors import RunConflict, RunStateError, StaleState
+
 if TYPE_CHECKING:
-    from tether.store.base import RunRecord
+    from tether.store.base import RunRecord, Tx
 
 
 class RunStatus(StrEnum):
@@ -28,10 +32,17 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Finished, and every effect that could be compensated was (`tether runs rollback`).
+    ROLLED_BACK = "rolled_back"
 
     @property
     def finished(self) -> bool:
-        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ROLLED_BACK}
+)
 
 
 def worker_name() -> str:
@@ -60,3 +71,52 @@ def lease_held(record: RunRecord, worker: str, now: float) -> bool:
     if record.lease_owner in (None, worker) or record.lease_expires_at is None:
         return False
     return record.lease_expires_at > now and owner_alive(record.lease_owner)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run taken by a driver: the row as written (leased to it) and what it was before."""
+
+    record: RunRecord
+    previous_status: RunStatus
+    # Whose lease was taken over (a worker that died or let its lease expire), if anyone's.
+    taken_from: str | None = None
+
+
+def claim(tx: Tx, record: RunRecord, worker: str, now: float, lease_s: float, *, by: str) -> Claim:
+    """Lease ``record`` (read in ``tx``, locked where the backend locks rows) to ``worker``
+    for ``lease_s``: it becomes ``running``, and the claim is audited. A finished run or one
+    another live holder leases is refused; a lost compare-and-swap is a ``RunConflict``."""
+    status = RunStatus(record.status)
+    if status.finished:
+        raise RunStateError(f"run {record.run_id} is already {status.value}; nothing to resume")
+    if lease_held(record, worker, now):
+        raise RunConflict(
+            f"run {record.run_id} is being driven by {record.lease_owner} (lease until "
+            f"{record.lease_expires_at:.0f}); wait for it, or for its lease to expire"
+        )
+    taken_from = (
+        record.lease_owner
+        if status is RunStatus.RUNNING and record.lease_owner not in (None, worker)
+        else None
+    )
+    try:
+        written = tx.update_run(
+            replace(
+                record,
+                status=RunStatus.RUNNING.value,
+                lease_owner=worker,
+                lease_expires_at=now + lease_s,
+                updated_at=now,
+            )
+        )
+    except StaleState as e:  # another driver claimed it between our read and our write
+        raise RunConflict(f"run {record.run_id} was claimed by another worker") from e
+    tx.append_audit(
+        "run_claimed",
+        at=now,
+        run_id=record.run_id,
+        actor=worker,
+        data={"previous_status": status.value, "by": by, "taken_from": taken_from},
+    )
+    return Claim(written, status, taken_from)

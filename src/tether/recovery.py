@@ -7,7 +7,9 @@ so two recoverers racing for one run admit exactly one (the lease is a compare-a
 
 Compensation carries seed 003's rollback to real external effects: each committed effect
 whose tool names a compensating tool is undone, newest first, and each undo is a governed call
-of its own (policy, approval, ledger, audit) with the key ``undo-<call id>``.
+of its own (policy, approval, ledger, audit) with the key ``undo-<call id>``. Each rollback
+leaves a step on the run; one waiting for an approval names the command that continues it,
+and a run whose effects are all compensated becomes ``rolled_back``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import run_log
 from tether.approvals import ApprovalStatus
 from tether.errors import (
     ApprovalRequired,
@@ -98,6 +101,11 @@ class RollbackReport:
     waiting: list[str] = field(default_factory=list)  # approval ids an undo waits for
     not_compensable: list[str] = field(default_factory=list)  # no compensating tool
     stopped: str | None = None  # why compensation stopped early
+    next: str | None = None  # what to do to continue, when it is not complete
+
+    @property
+    def complete(self) -> bool:
+        return not self.waiting and self.stopped is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,8 +114,17 @@ class RollbackReport:
             "approvals": self.waiting,
             "not_compensable": self.not_compensable,
             "stopped": self.stopped,
-            "complete": not self.waiting and self.stopped is None,
+            "complete": self.complete,
+            "next": self.next,
         }
+
+
+def next_command(run_id: str, call_id: str) -> str:
+    """The command that continues a run once the approval of its call ``call_id`` is
+    decided: an undo belongs to a rollback, which is re-run; any other call to the run."""
+    if call_id.startswith(UNDO_PREFIX):
+        return f"tether runs rollback {run_id}"
+    return f"tether runs resume {run_id}"
 
 
 def rollback(gate: Gate, run_id: str) -> RollbackReport:
@@ -123,6 +140,14 @@ def rollback(gate: Gate, run_id: str) -> RollbackReport:
         raise RunStateError(f"no run {run_id}; see `tether runs list`")
     if lease_held(record, "rollback", gate.clock()):
         raise RunConflict(f"run {run_id} is being driven by {record.lease_owner}; try later")
+    report = _compensate(gate, run_id)
+    if record.status != RunStatus.ROLLED_BACK.value:
+        _record_rollback(gate, run_id, report)
+    return report
+
+
+def _compensate(gate: Gate, run_id: str) -> RollbackReport:
+    store = gate.store
     report = RollbackReport(run_id)
     effects = [
         e
@@ -144,12 +169,49 @@ def rollback(gate: Gate, run_id: str) -> RollbackReport:
             gate.call(run_id, call)
         except ApprovalRequired as signal:
             report.waiting.append(signal.approval_id)
+            report.next = (
+                f"the undo of {effect.operation_key} ('{compensation}') waits for approval "
+                f"{signal.approval_id}: approve it (`tether approvals approve "
+                f"{signal.approval_id}`), then re-run `{next_command(run_id, call.call_id)}`"
+            )
             return report
         except (Denied, ToolFailed, OutcomeUnknown, TetherError) as e:
             report.stopped = f"undoing {effect.operation_key}: {e}"
+            report.next = (
+                f"settle what stopped it, then re-run `tether runs rollback {run_id}`; undos "
+                "already done are not repeated"
+            )
             return report
         report.compensated.append(effect.operation_key)
     return report
+
+
+def _record_rollback(gate: Gate, run_id: str, report: RollbackReport) -> None:
+    """One step for this rollback; a complete one also finishes the run as ``rolled_back``
+    (a run still moving keeps its status: it has effects to come)."""
+    done = ", ".join(report.compensated) or "nothing"
+    if report.complete:
+        skipped = ", ".join(report.not_compensable)
+        detail = f"compensated {done}" + (f"; nothing undoes {skipped}" if skipped else "")
+        step = ("rolled_back", detail)
+    elif report.waiting:
+        step = ("rollback_waiting", f"compensated {done}; {report.next}")
+    else:
+        step = ("rollback_stopped", f"compensated {done}; stopped {report.stopped}; {report.next}")
+    now = gate.clock()
+    with gate.store.transaction() as tx:
+        record = run_log.get_run(tx, run_id)
+        changes: dict[str, Any] = {}
+        if report.complete and RunStatus(record.status).finished:
+            changes["status"] = RunStatus.ROLLED_BACK.value
+        run_log.append(tx, record, now=now, steps=[step], **changes)
+        if changes:
+            tx.append_audit(
+                "run_rolled_back",
+                at=now,
+                run_id=run_id,
+                data={"compensated": report.compensated, "previous_status": record.status},
+            )
 
 
 def _arguments_of(store: Store, effect: Effect) -> dict[str, Any]:

@@ -2,28 +2,32 @@
 
 The model gets the conversation and the registry's tool schemas; each proposed call goes
 through ``Gate.call``; results come back as tool messages; a message without tool calls ends
-the run. Everything a resume needs is in the store, one small row per message and per step,
-plus a few counters in the run's checkpoint — never the whole history again (which would make
-long runs quadratic). A resume in any process reloads the conversation and continues:
+the run. Everything a resume needs is in the store, one small row per message and per step
+(``run_log``), plus a few counters in the run's checkpoint — never the whole history again
+(which would make long runs quadratic). A resume in any process reloads the conversation and
+continues:
 
 - a model turn whose answer was stored is never asked again;
 - a tool call whose effect was recorded is replayed from the ledger, never run again;
 - a call waiting for a human is matched to its approval by the call's id, never by position.
 
-A run is driven by one worker at a time, under a lease in the run row; a second worker trying
-the same run gets ``RunConflict``. Approvals are decided inline by an ``Approver`` callback,
-or asynchronously: the run persists what it waits for, becomes ``awaiting_approval`` and the
-process may exit.
+A run is driven by one worker at a time, under a lease in the run row (``lifecycle.claim``);
+a second worker trying the same run gets ``RunConflict``. Approvals are decided inline by an
+``Approver`` callback, or asynchronously: the run persists what it waits for, becomes
+``awaiting_approval`` and the process may exit. A run that finishes under its driver (someone
+cancelled it) is left as it is: the driver stops and writes nothing more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from tether import run_log
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.crash import crash_point
@@ -33,67 +37,71 @@ from tether.errors import (
     ApprovalRequired,
     BudgetExceeded,
     Denied,
+    IntegrityError,
     InvalidArguments,
     ModelError,
     OperationConflict,
     OutcomeUnknown,
     RunConflict,
     RunStateError,
-    Signal,
     StaleState,
-    TetherError,
+    StoreError,
     ToolFailed,
 )
 from tether.gate import Gate, ToolCall
-from tether.lifecycle import RunStatus, lease_held, worker_name
+from tether.ledger import EffectStatus
+from tether.lifecycle import Claim, RunStatus, claim, worker_name
 from tether.limits import argument_problems
 from tether.models import Message, Model, ModelToolCall
 from tether.policy import Principal
 from tether.reconcile import Reconciled, Settlement, reconcile_run
+from tether.run_log import RunResult, Step, StepText, load_result
 from tether.screening import redact, scrub, secret_values
 from tether.state import RunState
-from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.base import RunRecord, Store, Tx
+
+__all__ = ["Approver", "RunResult", "Runner", "Step", "load_result", "run_with_approval"]
 
 # Given the pending approval, the approver's answer: True approves, False denies.
 Approver = Callable[[Approval], bool]
 
+# Failures that say nothing about the run itself (the store is unreachable, another worker
+# took the lease, the rows were edited behind tether's back): the run is left to be resumed
+# once they clear, never marked failed for them.
+_TRANSIENT = (StoreError, RunConflict, IntegrityError)
+
+
+# -- what a tool call's answer is ------------------------------------------------------------
+@dataclass(frozen=True)
+class Answered:
+    """The call has its tool message (a result, or an error the model is told about)."""
+
+    message: Message
+
 
 @dataclass(frozen=True)
-class Step:
-    """One recorded step of a run (a model turn, a tool call, an approval...), as shown."""
+class Waiting:
+    """The call waits for a human to decide approval ``approval_id``."""
 
-    index: int
-    kind: str
-    detail: str
+    approval_id: str
 
 
-@dataclass
-class RunResult:
-    """Where a run stands after it was driven: finished, or waiting for approvals."""
+@dataclass(frozen=True)
+class Unsettled:
+    """The call's effect has an unknown outcome: the run waits until it is reconciled."""
 
-    run_id: str
-    status: str
-    messages: list[Message] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    final: str = ""
-    approvals: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "final": self.final,
-            "approvals": self.approvals,
-            "steps": [{"index": s.index, "kind": s.kind, "detail": s.detail} for s in self.steps],
-        }
+    operation_key: str
 
 
-@dataclass
-class _Progress:
-    """What one drive appends; written in small transactions as it goes."""
+Answer = Answered | Waiting | Unsettled
 
-    messages: list[Message]
-    turn: int
+
+class _Stopped(Exception):
+    """The run finished while this driver held it (it was cancelled): stop, write nothing."""
+
+
+class _ModelBug(Exception):
+    """The model raised, or answered with something that is not a message."""
 
 
 class Runner:
@@ -161,42 +169,57 @@ class Runner:
         first = [Message(role="system", content=self.system)] if self.system else []
         first.append(Message(role="user", content=user_input))
         with self.store.transaction() as tx:
-            record = _run(tx, run_id)
-            state = RunState.load(record)
-            if state.extra.get("messages"):
+            record = run_log.get_run(tx, run_id)
+            if RunState.load(record).extra.get("messages"):
                 raise RunStateError(f"run {run_id} already has a conversation; resume it instead")
-            extra = {**state.extra, **self.metadata, "turns": 0, "messages": 0, "steps": 0}
-            for m in first:
-                extra["messages"] += 1
-                tx.append_message(run_id, extra["messages"], canonical_json(m.to_dict()))
-            tx.update_run(replace(record, checkpoint_json=replace(state, extra=extra).dump()))
+            counters = {**self.metadata, "turns": 0}
+            run_log.append(tx, record, now=self.clock(), messages=first, counters=counters)
+
+    def create_queued(self, user_input: str, principal: Principal, **options: Any) -> str:
+        """Persist a new run for a worker to pick up (``tether run --enqueue``)."""
+        run_id = self.create(user_input, principal, **options)
+        now = self.clock()
+        with self.store.transaction() as tx:
+            record = run_log.get_run(tx, run_id)
+            tx.update_run(replace(record, status=RunStatus.QUEUED.value, updated_at=now))
+            tx.append_audit("run_queued", at=now, run_id=run_id, data={})
+        return run_id
 
     def resume(self, run_id: str) -> RunResult:
         """Continue a run from its checkpoint, in this process.
 
         Effects a previous worker left unsettled (it died between ``dispatched`` and the
         outcome) are reconciled first; one that cannot be leaves the run
-        ``awaiting_reconciliation``."""
-        self._claim(run_id)
+        ``awaiting_reconciliation``, saying which effect it waits on."""
+        claimed = self._claim(run_id)
         heartbeat = _Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
         heartbeat.start()
         try:
-            self.reconciled = reconcile_run(self.gate, run_id)
-            if any(r.settlement is Settlement.UNRESOLVED for r in self.reconciled):
-                return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION)
-            return self._drive(run_id)
-        except (TetherError, Signal):
-            # Store trouble, a lost lease: the run can be resumed once it clears.
+            return self._recover_and_drive(run_id, claimed)
+        except _Stopped:
+            return load_result(self.store, run_id)
+        except _TRANSIENT:
+            if self._finished_meanwhile(run_id):
+                return load_result(self.store, run_id)
             self._release(run_id)
             raise
         except Exception as e:
+            if self._finished_meanwhile(run_id):
+                return load_result(self.store, run_id)
+            if self._in_flight(run_id):
+                # The tool ran but its outcome is not recorded: recovery reconciles it.
+                self._release(run_id)
+                raise
             # A bug would raise again at every resume, leaving the run "running" with
             # nothing that can move it: fail it, saying why.
-            self._fail(run_id, e)
+            if isinstance(e, _ModelBug):
+                reason, fix = f"internal error: {e}", "fix the model, then start a new run"
+            else:
+                reason, fix = f"internal error: {e!r}", "start a new run, and please report the bug"
+            self._fail(run_id, reason)
             raise RunStateError(
-                f"run {run_id} failed on an internal error ({e!r}); it is marked failed "
-                "with that reason (see `tether runs show`): start a new run, and please "
-                "report the bug"
+                f"run {run_id} failed on an {reason}; it is marked failed with that reason "
+                f"(see `tether runs show`): {fix}"
             ) from e
         except BaseException:
             self._release(run_id)
@@ -204,69 +227,87 @@ class Runner:
         finally:
             heartbeat.stop()
 
-    def _fail(self, run_id: str, error: Exception) -> None:
-        try:
-            turn = int(self.gate.run_state(run_id).extra.get("turns", 0))
-            self._record(run_id, steps=[("error", f"internal error: {error!r}"[:2000])], turn=turn)
-            self._finish(run_id, RunStatus.FAILED)
-        except Exception:
-            self._release(run_id)  # the store itself is failing: leave it to recovery
-
-    # -- leases ------------------------------------------------------------------------------
-    def _claim(self, run_id: str) -> None:
+    # -- claiming and recovering -------------------------------------------------------------
+    def _claim(self, run_id: str) -> Claim | None:
+        """Take the run's lease; None if a worker already took it for this runner."""
         now = self.clock()
         try:
             with self.store.transaction() as tx:
-                self._claim_in(tx, run_id, now)
-        except StaleState as e:  # another worker claimed it between our read and our write
+                claimed = self._claim_in(tx, run_id, now)
+        except StaleState as e:  # another worker wrote the run between our read and our write
             raise RunConflict(f"run {run_id} was claimed by another worker") from e
         crash_point("runs.after_claim")
+        return claimed
 
-    def _claim_in(self, tx: Tx, run_id: str, now: float) -> None:
+    def _claim_in(self, tx: Tx, run_id: str, now: float) -> Claim | None:
         record = tx.lock_run(run_id)
         if record is None:
             raise RunStateError(f"no run {run_id}; see `tether runs list`")
-        status = RunStatus(record.status)
         if not RunState.load(record).extra.get("messages"):
             raise RunStateError(
                 f"run {run_id} has no conversation: it was started with Gate.start_run and is "
                 "driven call by call by its own code, so there is nothing here to resume"
             )
-        if status is RunStatus.RUNNING and record.lease_owner == self.worker:
-            return  # claimed for us already (a worker takes the lease as it picks the run)
-        if status.finished:
-            raise RunStateError(f"run {run_id} is already {status.value}; nothing to resume")
-        if lease_held(record, self.worker, now):
-            raise RunConflict(
-                f"run {run_id} is being driven by {record.lease_owner} (lease until "
-                f"{record.lease_expires_at:.0f}); wait for it, or for its lease to expire"
-            )
-        tx.update_run(
-            replace(
-                record,
-                status=RunStatus.RUNNING.value,
-                lease_owner=self.worker,
-                lease_expires_at=now + self.lease_s,
-                updated_at=now,
-            )
-        )
-        tx.append_audit(
-            "run_claimed",
-            at=now,
-            run_id=run_id,
-            actor=self.worker,
-            data={"previous_status": status.value},
-        )
+        if record.status == RunStatus.RUNNING.value and record.lease_owner == self.worker:
+            return None  # claimed for us already (a worker takes the lease as it picks the run)
+        return claim(tx, record, self.worker, now, self.lease_s, by="runner")
 
-    def create_queued(self, user_input: str, principal: Principal, **options: Any) -> str:
-        """Persist a new run for a worker to pick up (``tether run --enqueue``)."""
-        run_id = self.create(user_input, principal, **options)
-        now = self.clock()
-        with self.store.transaction() as tx:
-            record = _run(tx, run_id)
-            tx.update_run(replace(record, status=RunStatus.QUEUED.value, updated_at=now))
-            tx.append_audit("run_queued", at=now, run_id=run_id, data={})
-        return run_id
+    def _recover_and_drive(self, run_id: str, claimed: Claim | None) -> RunResult:
+        steps: list[StepText] = []
+        if claimed is not None and claimed.taken_from is not None:
+            steps.append(("recovered", f"{self.worker} took over from {claimed.taken_from}"))
+        elif claimed is not None and claimed.previous_status is RunStatus.AWAITING_RECONCILIATION:
+            steps.append(("recovered", f"{self.worker} resumed the run to reconcile its effects"))
+        self.reconciled = reconcile_run(self.gate, run_id)
+        for r in self.reconciled:
+            detail = f"{r.operation_key}: {r.settlement.value}"
+            steps.append(("reconciled", detail + (f" ({r.detail})" if r.detail else "")))
+        if steps:
+            self._record(run_id, steps=steps, turn=self._turn(run_id))
+        unresolved = [r for r in self.reconciled if r.settlement is Settlement.UNRESOLVED]
+        if unresolved:
+            return self._wait_for_reconciliation(run_id, [r.operation_key for r in unresolved])
+        return self._drive(run_id)
+
+    def _wait_for_reconciliation(self, run_id: str, keys: list[str]) -> RunResult:
+        steps = [
+            (
+                "awaiting_reconciliation",
+                f"waits on effect {key}: `tether effects resolve {key} --committed|--absent`, "
+                "then `tether recover`",
+            )
+            for key in keys
+        ]
+        self._record(run_id, steps=steps, turn=self._turn(run_id))
+        return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION, waiting_on=keys)
+
+    def _finished_meanwhile(self, run_id: str) -> bool:
+        """Whether the run finished under us (cancelled): then there is nothing to write."""
+        try:
+            with self.store.read() as tx:
+                record = tx.get_run(run_id)
+            return record is not None and RunStatus(record.status).finished
+        except Exception:
+            return False
+
+    def _in_flight(self, run_id: str) -> bool:
+        try:
+            effects = self.store.list_effects(run_id)
+        except Exception:
+            return True  # the store cannot say: leave the run to recovery rather than guess
+        return any(e.status is EffectStatus.DISPATCHED for e in effects)
+
+    def _fail(self, run_id: str, reason: str) -> None:
+        try:
+            self._record(run_id, steps=[("error", reason[:2000])], turn=self._turn(run_id))
+            self._finish(run_id, RunStatus.FAILED, reason=reason)
+        except _Stopped:
+            pass
+        except Exception:
+            self._release(run_id)  # the store itself is failing: leave it to recovery
+
+    def _turn(self, run_id: str) -> int:
+        return int(self.gate.run_state(run_id).extra.get("turns", 0))
 
     def _release(self, run_id: str) -> None:
         try:
@@ -280,7 +321,7 @@ class Runner:
     # -- the loop ----------------------------------------------------------------------------
     def _drive(self, run_id: str) -> RunResult:
         with self.store.read() as tx:
-            record = _run(tx, run_id)
+            record = run_log.get_run(tx, run_id)
             messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
         turn = int(RunState.load(record).extra.get("turns", 0))
         tools = self.gate.registry.openai_tools()
@@ -288,28 +329,22 @@ class Runner:
             last = messages[-1]
             open_turn = _open_turn(messages)
             if open_turn is not None:
-                waiting = self._answer_calls(run_id, messages, open_turn, turn - 1)
-                if any(w.startswith(_UNSETTLED) for w in waiting):
-                    return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION)
-                if waiting:
-                    return self._finish(run_id, RunStatus.AWAITING_APPROVAL, approvals=waiting)
+                pending = self._answer_calls(run_id, messages, open_turn, turn - 1)
+                unsettled = [p.operation_key for p in pending if isinstance(p, Unsettled)]
+                if unsettled:
+                    return self._wait_for_reconciliation(run_id, unsettled)
+                if pending:
+                    approvals = [p.approval_id for p in pending if isinstance(p, Waiting)]
+                    return self._finish(run_id, RunStatus.AWAITING_APPROVAL, approvals=approvals)
                 continue
             if last.role == "assistant" and not last.tool_calls:
                 crash_point("runs.before_finish")
                 return self._finish(run_id, RunStatus.COMPLETED, final=last.content)
             if turn >= self.max_turns:
-                self._record(
-                    run_id,
-                    steps=[("error", f"no final answer after {self.max_turns} turns")],
-                    turn=turn,
-                )
-                return self._finish(run_id, RunStatus.FAILED)
-            try:
-                reply = self.model.complete(messages, tools)
-            except ModelError as e:
-                self._record(run_id, steps=[("error", f"model: {e}")], turn=turn)
-                return self._finish(run_id, RunStatus.FAILED)
-            reply = _storable(reply)
+                return self._failed(run_id, f"no final answer after {self.max_turns} turns", turn)
+            reply = self._ask_model(messages, tools)
+            if isinstance(reply, str):
+                return self._failed(run_id, reply, turn)
             crash_point("runs.after_model_reply")
             steps = [] if reply.tool_calls else [("final", reply.content)]
             self._record(run_id, messages=[reply], steps=steps, turn=turn, turns=turn + 1)
@@ -317,39 +352,59 @@ class Runner:
             turn += 1
             messages.append(reply)
 
+    def _ask_model(self, messages: list[Message], tools: list[dict[str, Any]]) -> Message | str:
+        """The model's reply as it can be stored, or (a provider's error) why the run failed.
+        A model that raises anything else, or answers with something that is not a message,
+        has a bug that would recur at every resume: ``_ModelBug`` fails the run, saying so."""
+        name = type(self.model).__name__
+        try:
+            reply: Any = self.model.complete(messages, tools)
+        except ModelError as e:
+            return f"model: {e}"
+        except _TRANSIENT:
+            raise
+        except Exception as e:
+            raise _ModelBug(f"model {name} raised {e!r}") from e
+        problem = _not_a_reply(reply)
+        if problem is not None:
+            raise _ModelBug(f"model {name} {problem}")
+        return _storable(reply)
+
+    def _failed(self, run_id: str, reason: str, turn: int) -> RunResult:
+        self._record(run_id, steps=[("error", reason[:2000])], turn=turn)
+        return self._finish(run_id, RunStatus.FAILED, reason=reason)
+
     def _answer_calls(
         self, run_id: str, messages: list[Message], turn_message: Message, turn: int
-    ) -> list[str]:
-        """Answer every open call of the turn that can be answered; return the approval ids
-        still waiting. Siblings that need no approval are answered before the run waits."""
+    ) -> list[Waiting | Unsettled]:
+        """Answer every open call of the turn that can be answered; return what the others
+        wait for. Siblings that need no approval are answered before the run waits."""
         # Only the messages after the turn can answer it (scanning them all would make every
         # step cost more than the last).
         start = len(messages) - 1
         while messages[start] is not turn_message:
             start -= 1
         answered = {m.tool_call_id for m in messages[start + 1 :] if m.role == "tool"}
-        waiting: list[str] = []
+        pending: list[Waiting | Unsettled] = []
         for tc in turn_message.tool_calls:
             if tc.id in answered:
                 continue
-            steps: list[tuple[str, str]] = []
-            reply = self._answer(run_id, tc, steps)
-            if isinstance(reply, str):
-                waiting.append(reply)
-                self._record(run_id, steps=steps, turn=turn)
-                continue
-            self._record(run_id, messages=[reply], steps=steps, turn=turn)
-            crash_point("runs.after_tool_message")
-            messages.append(reply)
-        return waiting
+            steps: list[StepText] = []
+            match self._answer(run_id, tc, steps, turn):
+                case Answered(message):
+                    self._record(run_id, messages=[message], steps=steps, turn=turn)
+                    crash_point("runs.after_tool_message")
+                    messages.append(message)
+                case Waiting() | Unsettled() as waiting:
+                    self._record(run_id, steps=steps, turn=turn)
+                    pending.append(waiting)
+        return pending
 
-    def _answer(
-        self, run_id: str, tc: ModelToolCall, steps: list[tuple[str, str]]
-    ) -> Message | str:
-        """The tool message answering ``tc``, or the id of the approval it waits for."""
+    def _answer(self, run_id: str, tc: ModelToolCall, steps: list[StepText], turn: int) -> Answer:
+        """What answers ``tc``: its tool message, or what it must wait for."""
         if tc.parse_error is not None:
             steps.append(("tool_error", f"{tc.name}: {tc.parse_error}"))
-            return _error(tc, "invalid_arguments", message=tc.parse_error)
+            return Answered(_error(tc, "invalid_arguments", message=tc.parse_error))
         call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
         shown = _Shown(self.gate, tc.name, tc.arguments)
         note = ""
@@ -357,53 +412,68 @@ class Runner:
         if approval is not None and approval.status is ApprovalStatus.EDITED:
             edited = self._edited(approval)
             call = ToolCall(call_id=edited.call_id, tool=tc.name, arguments=dict(edited.arguments))
-            approval = edited
             shown = _Shown(self.gate, tc.name, edited.arguments)
-            note = f"[arguments edited by {edited.approver}: {shown.arguments}]\n"
+            replaced = f"approval {approval.approval_id} replaced by {edited.approval_id}"
+            note = f"[arguments edited by {edited.approver} ({replaced}): {shown.arguments}]\n"
+            self._note_once(
+                run_id,
+                (
+                    "approval_edited",
+                    f"{tc.name}: {replaced} by {edited.approver}: {shown.arguments}",
+                ),
+                key=approval.approval_id,
+                turn=turn,
+            )
+            approval = edited
         if approval is not None:
             if approval.status is ApprovalStatus.PENDING:
-                return approval.approval_id
+                return Waiting(approval.approval_id)
             if approval.status is ApprovalStatus.EXPIRED:
                 steps.append(("approval_expired", tc.name))
-                return _error(tc, "approval_expired", approval_id=approval.approval_id)
-            if approval.status is ApprovalStatus.APPROVED:
-                steps.append(("approval_granted", f"{tc.name} by {approval.approver}"))
+                return Answered(_error(tc, "approval_expired", approval_id=approval.approval_id))
+            if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
+                # Written before the call is made, in its own transaction: a worker dying
+                # mid-call must not take the record of the grant with it.
+                self._note_once(
+                    run_id,
+                    ("approval_granted", f"{tc.name} by {approval.approver}"),
+                    key=approval.approval_id,
+                    turn=turn,
+                )
         try:
             try:
                 outcome = self.gate.call(run_id, call)
             except ApprovalRequired as signal:
                 steps.append(("approval_required", f"{tc.name}({shown.arguments})"))
                 if self.approver is None:
-                    return signal.approval_id
+                    return Waiting(signal.approval_id)
                 self._decide_inline(signal.approval_id, tc, steps)
                 outcome = self.gate.call(run_id, call)
         except ApprovalDenied as e:
             steps.append(("approval_denied", tc.name + (f": {e.reason}" if e.reason else "")))
-            return _error(tc, "approval_denied", reason=e.reason)
+            return Answered(_error(tc, "approval_denied", reason=e.reason))
         except (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed) as e:
             # Error messages quote what they reject, secrets included: scrub before they are
             # stored as a step or shown to the model.
             message = shown.scrub(str(e))
             steps.append(("tool_error", f"{tc.name}: {message}"))
-            return _error(tc, type(e).__name__, message=message)
+            return Answered(_error(tc, type(e).__name__, message=message))
         except OutcomeUnknown as e:
             # Never guessed, never retried here: the run stops until the effect is settled
             # (by reconciliation once this call's worker is gone, or by a human).
             steps.append(("outcome_unknown", f"{tc.name}: {e}"))
-            return f"{_UNSETTLED}{e.operation_key}"
+            return Unsettled(e.operation_key)
         steps.append(("tool_call", f"{tc.name}({shown.arguments}) -> {outcome.text}"))
-        return Message(role="tool", content=note + outcome.text, tool_call_id=tc.id)
+        return Answered(Message(role="tool", content=note + outcome.text, tool_call_id=tc.id))
 
-    def _decide_inline(
-        self, approval_id: str, tc: ModelToolCall, steps: list[tuple[str, str]]
-    ) -> None:
+    def _decide_inline(self, approval_id: str, tc: ModelToolCall, steps: list[StepText]) -> None:
         assert self.approver is not None and self.approver_id is not None
         with self.store.read() as tx:
             pending = tx.get_approval(approval_id)
         assert pending is not None
         if self.approver(pending):
             self.gate.approve(approval_id, self.approver_id)
-            steps.append(("approval_granted", tc.name))
+            steps.append(("approval_granted", f"{tc.name} by {self.approver_id}"))
         else:
             self.gate.deny(approval_id, self.approver_id)
 
@@ -422,39 +492,68 @@ class Runner:
         run_id: str,
         *,
         messages: tuple[Message, ...] | list[Message] = (),
-        steps: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        steps: tuple[StepText, ...] | list[StepText] = (),
         turn: int,
         turns: int | None = None,
     ) -> None:
         """Append messages and steps and renew the lease, in one transaction (I6: the write is
         a compare-and-swap on the run, and only the lease holder may make it)."""
-        now = self.clock()
-        with self.store.transaction() as tx:
-            record = self._held(tx, run_id)
-            state = RunState.load(record)
-            extra = dict(state.extra)
-            for m in messages:
-                extra["messages"] = extra.get("messages", 0) + 1
-                tx.append_message(run_id, extra["messages"], canonical_json(m.to_dict()))
-            for kind, detail in steps:
-                extra["steps"] = extra.get("steps", 0) + 1
-                tx.append_step(
-                    run_id,
-                    StepRecord(seq=extra["steps"], turn=turn, kind=kind, detail=detail, at=now),
-                )
-            if turns is not None:
-                extra["turns"] = turns
-            tx.update_run(
-                replace(
-                    record,
-                    checkpoint_json=replace(state, extra=extra).dump(),
-                    lease_expires_at=now + self.lease_s,
-                    updated_at=now,
-                )
+        counters = {} if turns is None else {"turns": turns}
+
+        def write(tx: Tx, record: RunRecord, now: float) -> None:
+            run_log.append(
+                tx,
+                record,
+                now=now,
+                turn=turn,
+                messages=messages,
+                steps=steps,
+                counters=counters,
+                lease_expires_at=now + self.lease_s,
             )
 
+        self._write(run_id, write)
+
+    def _note_once(self, run_id: str, step: StepText, *, key: str, turn: int) -> None:
+        """Record ``step`` unless the step recorded last under ``key``'s kind was this one (a
+        resume passing the same approval again must not repeat it)."""
+        counter = f"noted_{step[0]}"
+
+        def write(tx: Tx, record: RunRecord, now: float) -> None:
+            if RunState.load(record).extra.get(counter) == key:
+                return
+            run_log.append(
+                tx,
+                record,
+                now=now,
+                turn=turn,
+                steps=[step],
+                counters={counter: key},
+                lease_expires_at=now + self.lease_s,
+            )
+
+        self._write(run_id, write)
+
+    def _write(self, run_id: str, write: Callable[[Tx, RunRecord, float], None]) -> None:
+        """Run ``write`` on the run as this worker holds it, in one transaction. A run that
+        finished meanwhile (cancelled) stops the drive; a lost lease is a ``RunConflict``."""
+        now = self.clock()
+        try:
+            with self.store.transaction() as tx:
+                write(tx, self._held(tx, run_id), now)
+        except StaleState:
+            # Someone else wrote the run between our read and our write: if it finished
+            # (a cancellation), stop; otherwise another worker has it.
+            if self._finished_meanwhile(run_id):
+                raise _Stopped from None
+            raise RunConflict(
+                f"run {run_id} was written by someone else while this worker drove it"
+            ) from None
+
     def _held(self, tx: Tx, run_id: str) -> RunRecord:
-        record = _run(tx, run_id)
+        record = run_log.get_run(tx, run_id)
+        if RunStatus(record.status).finished:
+            raise _Stopped
         if record.lease_owner != self.worker:
             raise RunConflict(
                 f"run {run_id} is now driven by {record.lease_owner}; this worker lost its lease"
@@ -468,36 +567,52 @@ class Runner:
         *,
         final: str = "",
         approvals: list[str] | None = None,
+        waiting_on: list[str] | None = None,
+        reason: str | None = None,
     ) -> RunResult:
-        now = self.clock()
-        with self.store.transaction() as tx:
-            record = self._held(tx, run_id)
-            if status is RunStatus.AWAITING_APPROVAL and not any(
+        def write(tx: Tx, record: RunRecord, now: float) -> None:
+            chosen = status
+            if chosen is RunStatus.AWAITING_APPROVAL and not any(
                 a.status is ApprovalStatus.PENDING for a in tx.approvals_for_run(run_id)
             ):
                 # Decided while this worker was still answering the turn's other calls: nobody
                 # will queue it later, so queue it now rather than wait for nothing.
-                status = RunStatus.QUEUED
+                chosen = RunStatus.QUEUED
             tx.update_run(
                 replace(
                     record,
-                    status=status.value,
+                    status=chosen.value,
                     lease_owner=None,
                     lease_expires_at=None,
                     updated_at=now,
                 )
             )
+            data: dict[str, Any] = {"approvals": approvals or []}
+            if waiting_on:
+                data["waiting_on"] = waiting_on
+            if reason is not None:
+                data["reason"] = reason[:2000]
             tx.append_audit(
-                f"run_{status.value}",
-                at=now,
-                run_id=run_id,
-                actor=self.worker,
-                data={"approvals": approvals or []},
+                f"run_{chosen.value}", at=now, run_id=run_id, actor=self.worker, data=data
             )
+
+        with contextlib.suppress(_Stopped):  # cancelled meanwhile: its status stays
+            self._write(run_id, write)
         return load_result(self.store, run_id)
 
 
-_UNSETTLED = "unsettled:"
+def _not_a_reply(reply: Any) -> str | None:
+    """What is wrong with a model's reply, if it is not an assistant message."""
+    if not isinstance(reply, Message):
+        return f"returned a {type(reply).__name__}, not a Message"
+    if not isinstance(reply.content, str):
+        return f"returned content of type {type(reply.content).__name__}, not text"
+    if not all(isinstance(tc, ModelToolCall) for tc in reply.tool_calls):
+        return "returned tool calls that are not ModelToolCall values"
+    ids = [tc.id for tc in reply.tool_calls]
+    if not all(isinstance(i, str) and i for i in ids) or len(set(ids)) != len(ids):
+        return "returned tool calls without distinct ids"
+    return None
 
 
 def _storable(reply: Message) -> Message:
@@ -505,6 +620,8 @@ def _storable(reply: Message) -> Message:
     (thousands of levels deep, NaN, non-string keys) keeps its id and name but carries the
     problem as a parse error, which the model is answered with, instead of arguments that
     would break the write of the conversation itself."""
+    if reply.role != "assistant":
+        reply = replace(reply, role="assistant")
     if not any(argument_problems(tc.arguments) for tc in reply.tool_calls):
         return reply
     calls = []
@@ -570,33 +687,6 @@ class _Heartbeat:
                         return  # lost it: the holder's next write will find out
             except Exception:
                 continue
-
-
-def load_result(store: Store, run_id: str) -> RunResult:
-    """A run as stored: status, conversation, steps, and what it waits for."""
-    with store.read() as tx:
-        record = _run(tx, run_id)
-        messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
-        steps = [Step(s.turn, s.kind, s.detail) for s in tx.steps(run_id)]
-    waiting = [a.approval_id for a in store.list_approvals(ApprovalStatus.PENDING, run_id=run_id)]
-    final = ""
-    if record.status == RunStatus.COMPLETED.value and messages:
-        final = messages[-1].content
-    return RunResult(
-        run_id=run_id,
-        status=record.status,
-        messages=messages,
-        steps=steps,
-        final=final,
-        approvals=waiting if record.status == RunStatus.AWAITING_APPROVAL.value else [],
-    )
-
-
-def _run(tx: Tx, run_id: str) -> RunRecord:
-    record = tx.get_run(run_id)
-    if record is None:
-        raise RunStateError(f"no run {run_id}; see `tether runs list`")
-    return record
 
 
 def _error(tc: ModelToolCall, error: str, **extra: Any) -> Message:

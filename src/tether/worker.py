@@ -17,12 +17,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+from tether import run_log
 from tether.app import App
 from tether.errors import RunConflict, RunStateError, StoreError
-from tether.lifecycle import RunStatus, lease_held, owner_alive, worker_name
+from tether.lifecycle import RunStatus, claim, lease_held, owner_alive, worker_name
 from tether.store.base import RunRecord, Store, Tx
 
 
@@ -118,27 +119,22 @@ class Worker:
                         and (not lease_held(current, worker, now))
                     ):
                         return self._take(tx, current, worker, now)
+        except (RunConflict, RunStateError):  # taken or finished between the read and the lock
+            with self._lock:
+                self.stats.conflicts += 1
         except StoreError as e:
             self._note_error(f"claim: {e}")
         return None
 
     def _take(self, tx: Tx, record: RunRecord, worker: str, now: float) -> str:
-        tx.update_run(
-            replace(
-                record,
-                status=RunStatus.RUNNING.value,
-                lease_owner=worker,
-                lease_expires_at=now + self.lease_s,
-                updated_at=now,
+        claimed = claim(tx, record, worker, now, self.lease_s, by="worker")
+        if claimed.taken_from is not None:
+            run_log.append(
+                tx,
+                claimed.record,
+                now=now,
+                steps=[("recovered", f"{worker} took over from {claimed.taken_from}")],
             )
-        )
-        tx.append_audit(
-            "run_claimed",
-            at=now,
-            run_id=record.run_id,
-            actor=worker,
-            data={"previous_status": record.status, "by": "worker"},
-        )
         return record.run_id
 
     def _drive(self, worker: str, run_id: str) -> None:

@@ -242,6 +242,10 @@ def _decided(store: Store, approval: Approval, as_json: bool, *, edited: str | N
         )
     if run is None:
         return
+    if approval.call_id.startswith("undo-"):
+        # An undo belongs to a rollback, which is re-run; resuming would not touch it.
+        click.echo(f"continue the rollback with: tether runs rollback {run.run_id}")
+        return
     if run.status == "queued":
         click.echo(
             f"continue the run with: tether runs resume {run.run_id} "

@@ -76,6 +76,8 @@ def print_run(result: RunResult) -> None:
 
 def print_outcome(result: RunResult) -> None:
     click.echo(f"run {result.run_id}: {result.status}")
+    for key in result.waiting_on:
+        click.echo(f"  waits on effect {key}")
     if result.final:
         click.echo(f"final: {result.final}")
     for line in next_steps(result.run_id, result.status, result.approvals):
@@ -470,10 +472,9 @@ def runs_rollback(db: str, as_json: bool, app_ref: str | None, run_id: str) -> N
         return
     click.echo(f"run {run_id}: compensated {len(report.compensated)} effect(s)")
     for approval_id in report.waiting:
-        click.echo(
-            f"  an undo waits for approval {approval_id}: approve it "
-            f"(tether approvals approve {approval_id}), then run this again"
-        )
+        click.echo(f"  an undo waits for approval {approval_id}")
+    if report.next:
+        click.echo(f"  next: {report.next}")
     for key in report.not_compensable:
         click.echo(f"  {key} has no compensating tool: undo it by hand")
     if report.stopped:

@@ -33,6 +33,7 @@ RUN_STATUSES = (
     "completed",
     "failed",
     "cancelled",
+    "rolled_back",
 )
 APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "used", "edited")
 EFFECT_STATUSES = (
