@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from hashlib import sha256
+from json.encoder import encode_basestring
 from math import isfinite
 from typing import Any, Literal
 
@@ -355,9 +356,11 @@ def _fast_fields(
     ``seq`` and ``run_id`` are the last two top-level keys, and after the top-level ``kind``
     come only ``redactions`` (a list of strings) and ``rows`` (row keys, which begin
     ``effect:``, ``approval:`` or ``run:``), so the last ``,"kind":`` is the top-level one."""
+    if type(kind) is not str or not (run_id is None or type(run_id) is str):
+        return False  # a column edited to another type: let the parser say what is wrong
     tail = (
         ',"run_id":'
-        + ("null" if run_id is None else canonical_json(run_id))
+        + ("null" if run_id is None else encode_basestring(run_id))
         + ',"seq":'
         + str(seq)
         + "}"
@@ -365,7 +368,7 @@ def _fast_fields(
     if not body.endswith(tail):
         return False
     k = body.rfind(',"kind":')
-    if k < 0 or not body.startswith(',"kind":' + canonical_json(kind) + ',"redactions":[', k):
+    if k < 0 or not body.startswith(',"kind":' + encode_basestring(kind) + ',"redactions":[', k):
         return False
     d = body.find(',"data":')
     c = body.find(',"chain":', 0, d)
