@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import quote, unquote
 
-from tether.audit import MAIN, AuditHead, AuditReport
+from tether.audit import MAIN, AuditHead, AuditReport, LogReplay
 from tether.digest import canonical_json
 from tether.errors import CheckpointUnreadable
-from tether.evidence import Evidence, verify_evidence
+from tether.evidence import replay_evidence, verify_evidence
 from tether.keys import AuditKeys
 from tether.store.base import Store
 
@@ -77,13 +77,12 @@ def origin_of(store: Store) -> str:
 def create_checkpoint(store: Store) -> tuple[AuditReport, str | None]:
     """Verify the log and, only if it is intact, sign a checkpoint of it (signing a broken
     log would vouch for the damage)."""
-    evidence = store.evidence()
-    report = verify_evidence(evidence, store.keys)
+    with store.evidence() as evidence:
+        heads = evidence.heads
+        report = verify_evidence(evidence, store.keys)
     if not report.intact:
         return report, None
-    point = Checkpoint(
-        origin_of(store), sum(h.seq for h in evidence.heads.values()), evidence.heads
-    )
+    point = Checkpoint(origin_of(store), sum(h.seq for h in heads.values()), heads)
     return report, sign_note(point.note(), point.origin, store.keys)
 
 
@@ -163,32 +162,32 @@ def verify_checkpoint(store: Store, text: str, *, public_key: bytes | None = Non
         return _broken(
             f"the checkpoint is for {point.origin}, but this store is {origin_of(store)}"
         )
-    evidence = store.evidence()
-    problem = extension_problem(point, evidence)
+    # One pass over the log: the replay notes the hash at each chain's checkpointed entry.
+    watch = {chain: head.seq for chain, head in point.heads.items() if head.seq}
+    with store.evidence() as evidence:
+        report, replay = replay_evidence(evidence, store.keys, watch=watch)
+    problem = extension_problem(point, replay)
     if problem is not None:
         return replace(problem, checkpoint=point.size)
-    return replace(verify_evidence(evidence, store.keys), checkpoint=point.size)
+    return replace(report, checkpoint=point.size)
 
 
-def extension_problem(point: Checkpoint, evidence: Evidence) -> AuditReport | None:
+def extension_problem(point: Checkpoint, replay: LogReplay) -> AuditReport | None:
     """Why the log does not extend the checkpoint, naming the first chain that does not."""
-    total = len(evidence.entries)
+    total = replay.entries
     if point.size and not total:
         return _broken(
             f"the checkpoint vouches for {point.size} entries, but the audit log is empty: "
             "it was wiped"
         )
-    hashes = {(e.chain, e.seq): e.hash for e in evidence.entries}
-    lengths: dict[str, int] = {}
-    for entry in evidence.entries:
-        lengths[entry.chain] = max(lengths.get(entry.chain, 0), entry.seq)
     for chain, head in sorted(point.heads.items()):
         if head.seq == 0:
             continue
         where = "the log" if chain == MAIN else f"chain {chain}"
-        found = hashes.get((chain, head.seq))
+        found = replay.watched.get(chain)
         if found is None:
-            now = lengths.get(chain, 0)
+            seen = replay.chains.get(chain)
+            now = 0 if seen is None else seen.top
             return AuditReport(
                 False,
                 total,

@@ -1,5 +1,5 @@
 """``tether audit``: verify the log (against a signed checkpoint too), sign checkpoints, print
-heads, and manage the audit key.
+heads and entries, and manage the audit key.
 
 Every command here only reads the store (``rotate-key`` aside), so it opens it read-only: it
 works on a read-only copy, never migrates, and never creates a store where a typo pointed.
@@ -13,11 +13,13 @@ import binascii
 import dataclasses
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
-from tether.audit import AuditReport
+from tether.audit import AuditEntry, AuditReport
 from tether.checkpoint import create_checkpoint, verify_checkpoint
 from tether.cli_common import (
     DB_OPTION,
@@ -106,6 +108,96 @@ def audit_head(db: str) -> None:
     with open_cli_store(db, create=False, read_only=True) as store:
         heads = store.audit_heads()
     click.echo(json.dumps({c: {"seq": h.seq, "hash": h.hash} for c, h in sorted(heads.items())}))
+
+
+@audit.command("log")
+@DB_OPTION
+@JSON_OPTION
+@click.option("--run", "run_id", help="Only this run's entries.")
+@click.option("--kind", "kind", help="Only entries of this kind (effect_dispatched, …).")
+@click.option(
+    "--limit",
+    "limit",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Show at most this many, the newest.",
+)
+def audit_log(db: str, as_json: bool, run_id: str | None, kind: str | None, limit: int) -> None:
+    """Print the newest audit entries, oldest first: sequence number, time, run, kind, actor
+    and a short summary; with --json one JSON list of whole entries. This reads the log as it
+    is; `tether audit verify` says whether it can be trusted."""
+    with open_cli_store(db, create=False, read_only=True) as store:
+        entries = store.audit_tail(run_id=run_id, kind=kind, limit=limit)
+    shown = [_shown(e) for e in entries]
+    if as_json:
+        click.echo(json.dumps(shown, separators=(",", ":"), ensure_ascii=False))
+        return
+    if not shown:
+        click.echo("no audit entries" + (" match" if run_id or kind else ""), err=True)
+        return
+    rows = [
+        (
+            e["where"],
+            _when(e["at"]),
+            e["run_id"] or "-",
+            e["kind"],
+            e["actor"] or "-",
+            _summary(e["data"]),
+        )
+        for e in shown
+    ]
+    header = ("SEQ", "TIME (UTC)", "RUN", "KIND", "ACTOR", "SUMMARY")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(row[:5], widths, strict=True)]
+        click.echo("  ".join([*cells, str(row[5])]).rstrip())
+
+
+def _shown(entry: AuditEntry) -> dict[str, Any]:
+    """An entry as `audit log --json` prints it. A body that is not a JSON object (an edited
+    entry) is shown as its text, so that the log can still be read."""
+    try:
+        record = entry.record
+    except ValueError:
+        record = {}
+    if not isinstance(record, dict):
+        record = {}
+    return {
+        "seq": entry.seq,
+        "chain": entry.chain,
+        "where": entry.where,
+        "at": record.get("at"),
+        "run_id": entry.run_id,
+        "kind": entry.kind,
+        "actor": record.get("actor"),
+        "data": record.get("data", {"unreadable_body": entry.body}),
+    }
+
+
+def _when(at: Any) -> str:
+    if not isinstance(at, int | float):
+        return "?"
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+SUMMARY_KEYS = ("tool", "call_id", "effect_status", "decision", "status", "approval_id", "why")
+SUMMARY_WIDTH = 60
+
+
+def _summary(data: Any) -> str:
+    """The few fields that say what happened, else the first few; cut to one short line."""
+    if not isinstance(data, dict) or not data:
+        return ""
+    keys = [k for k in SUMMARY_KEYS if data.get(k) not in (None, "", [], {})]
+    keys = keys or sorted(data)[:3]
+    text = " ".join(f"{k}={_short(data[k])}" for k in keys)
+    return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return " ".join(text.split())  # no newline may break the table
 
 
 @audit.command("rotate-key")

@@ -18,12 +18,19 @@ cell reads back as it was written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.approvals import Approval
-from tether.audit import AuditEntry, AuditHead, AuditReport, verify_chains
+from tether.audit import (
+    MAIN,
+    AuditHead,
+    AuditReport,
+    AuditRow,
+    LogReplay,
+)
 from tether.digest import canonical_json, sha256_hex
 from tether.keys import AuditKeys
 from tether.ledger import Effect
@@ -71,81 +78,96 @@ def approval_digest(a: Approval) -> str:
 @dataclass(frozen=True)
 class Evidence:
     """The log, its heads and the state's row digests, read at one moment (a writer
-    committing between reading the log and reading the tables would look like tampering)."""
+    committing between reading the log and reading the tables would look like tampering).
 
-    entries: list[AuditEntry]
+    ``log`` and ``state`` are streams: a store hands them out inside one read snapshot
+    (``Store.evidence()`` is a context manager), and they are read once, the log first."""
+
+    log: Iterable[AuditRow]
     heads: dict[str, AuditHead]
-    state: dict[str, str]
+    state: Callable[[], Iterable[tuple[str, str]]]  # (row key, digest), read after the log
+
+
+def replay_evidence(
+    evidence: Evidence, keys: AuditKeys, *, watch: Mapping[str, int] | None = None
+) -> tuple[AuditReport, LogReplay]:
+    """Verify the chains and their MACs in one pass over the log, then check the state
+    against it; also the replay, for what a checkpoint asks of it (``watch``)."""
+    public_only = not keys.key_ids and bool(keys.public_key)
+    replay = LogReplay(None if public_only else keys, watch=watch)
+    stream = iter(evidence.log)
+    first = next(stream, None)
+    if first is not None:
+        if not keys.key_ids and not public_only:
+            raise keys.missing("key to check the entries' MACs with")
+        replay.feed(itertools.chain((first,), stream))
+    report = replace(replay.report(evidence.heads), macs_checked=not public_only)
+    if not report.intact:
+        return report, replay
+    return check_state(report, replay, evidence.state()), replay
 
 
 def verify_evidence(evidence: Evidence, keys: AuditKeys) -> AuditReport:
     """Verify the chains and their MACs, then check the state against the log."""
-    public_only = not keys.key_ids and bool(keys.public_key)
-    if evidence.entries and not keys.key_ids and not public_only:
-        raise keys.missing("key to check the entries' MACs with")
-    report = verify_chains(evidence.entries, evidence.heads, None if public_only else keys)
-    report = replace(report, macs_checked=not public_only)
-    if not report.intact:
-        return report
-    return check_state(report, evidence.entries, evidence.state)
-
-
-def recorded_rows(entries: Iterable[AuditEntry]) -> dict[str, tuple[str, str]]:
-    """Each row the log recorded: the digest it last recorded and the entry that did."""
-    last: dict[str, tuple[str, str]] = {}
-    for entry in entries:
-        if '"rows":' not in entry.body:  # most entries record no row; skip the parse
-            continue
-        rows = entry.record.get("rows")
-        if isinstance(rows, dict):
-            for key, value in rows.items():
-                last[str(key)] = (str(value), entry.where)
-    return last
+    return replay_evidence(evidence, keys)[0]
 
 
 def check_state(
-    report: AuditReport, entries: Sequence[AuditEntry], state: Mapping[str, str]
+    report: AuditReport, replay: LogReplay, state: Iterable[tuple[str, str]]
 ) -> AuditReport:
-    """``report`` (of an intact chain) extended by comparing ``state`` with the log."""
-    problems = state_problems(entries, state)
-    if problems:
-        more = f" (and {len(problems) - 1} more rows disagree)" if len(problems) > 1 else ""
-        return replace(report, intact=False, problem=problems[0] + more, rows=len(state))
-    return replace(report, rows=len(state))
+    """``report`` (of an intact chain) extended by comparing the ``state`` rows, as they
+    stream past, with what the log last recorded for each. Only the first problem in key
+    order is kept, and a count of the others: a badly damaged store costs no more memory."""
+    recorded = replay.recorded
+    counts = dict.fromkeys(("run", "effect", "approval"), 0)
+    first: tuple[str, str] | None = None
+    problems = 0
+    rows = 0
 
+    def problem(key: str, why: str) -> None:
+        nonlocal first, problems
+        problems += 1
+        if first is None or key < first[0]:
+            first = (key, why)
 
-def state_problems(entries: Sequence[AuditEntry], state: Mapping[str, str]) -> list[str]:
-    if not entries and state:
-        return [f"the audit log is empty, but the store holds {_census(state)}: the log was wiped"]
-    recorded = recorded_rows(entries)
-    problems = []
-    for key in sorted(state.keys() | recorded.keys()):
-        if key not in recorded:
-            problems.append(
+    for key, value in state:
+        rows += 1
+        kind = key.partition(":")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+        last = recorded.pop(key, None)
+        if last is None:
+            problem(
+                key,
                 f"{describe(key)} is in the store but no audit entry records it "
-                "(inserted outside tether, or the entries recording it were deleted)"
+                "(inserted outside tether, or the entries recording it were deleted)",
             )
-        elif key not in state:
-            problems.append(
-                f"{describe(key)}, recorded by entry {recorded[key][1]}, is gone from the store "
-                "(deleted outside tether)"
+        elif not key.startswith(RUN) and value != last[0]:
+            problem(
+                key,
+                f"{describe(key)} differs from what entry {_where(last)} recorded "
+                "(changed outside tether)",
             )
-        elif not key.startswith(RUN) and state[key] != recorded[key][0]:
-            problems.append(
-                f"{describe(key)} differs from what entry {recorded[key][1]} recorded "
-                "(changed outside tether)"
-            )
-    return problems
+    if not replay.entries and rows:
+        census = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in counts.items())
+        why = f"the audit log is empty, but the store holds {census}: the log was wiped"
+        return replace(report, intact=False, problem=why, rows=rows)
+    for key, last in recorded.items():
+        problem(
+            key,
+            f"{describe(key)}, recorded by entry {_where(last)}, is gone from the store "
+            "(deleted outside tether)",
+        )
+    if first is not None:
+        more = f" (and {problems - 1} more rows disagree)" if problems > 1 else ""
+        return replace(report, intact=False, problem=first[1] + more, rows=rows)
+    return replace(report, rows=rows)
+
+
+def _where(last: tuple[str, str, int]) -> str:
+    _, chain, seq = last
+    return str(seq) if chain == MAIN else f"{chain}#{seq}"
 
 
 def describe(key: str) -> str:
     kind, _, name = key.partition(":")
     return f"{kind} {name}"
-
-
-def _census(state: Mapping[str, str]) -> str:
-    counts = dict.fromkeys(("run", "effect", "approval"), 0)
-    for key in state:
-        kind = key.partition(":")[0]
-        counts[kind] = counts.get(kind, 0) + 1
-    return ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in counts.items())

@@ -15,17 +15,18 @@ recorded key the ring lacks.
 from __future__ import annotations
 
 import abc
+import collections
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 from tether import keys as keyring
 from tether.approvals import Approval, ApprovalStatus
-from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, make_entry
+from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, entry_row, make_entry
 from tether.digest import canonical_json, sha256_hex
 from tether.errors import (
     AuditKeyMissing,
@@ -444,6 +445,18 @@ class Store(abc.ABC):
     def audit_head(self, chain: str = MAIN) -> AuditHead | None:
         return self.audit_heads().get(chain)
 
+    def audit_tail(
+        self, *, run_id: str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[AuditEntry]:
+        """The last ``limit`` entries in stored order (oldest first), only those of run
+        ``run_id`` and of kind ``kind`` if given. SQL backends ask the database for them."""
+        found = (
+            e
+            for e in self.audit_entries()
+            if (run_id is None or e.run_id == run_id) and (kind is None or e.kind == kind)
+        )
+        return list(collections.deque(found, maxlen=limit))
+
     def state_digests(self) -> dict[str, str]:
         """Every effect, approval and run row, keyed as audit entries record them
         (``effect:<key>``...), with its digest (``tether.evidence``). SQL backends digest the
@@ -454,14 +467,22 @@ class Store(abc.ABC):
             **{RUN + r.run_id: "" for r in self.list_runs()},
         }
 
-    def evidence(self) -> Evidence:
-        """The log, its heads and the state, read in one snapshot where the backend can."""
-        return Evidence(list(self.audit_entries()), self.audit_heads(), self.state_digests())
+    @contextmanager
+    def evidence(self) -> Iterator[Evidence]:
+        """The log, its heads and the state, as streams read in one snapshot where the
+        backend can; read them inside the ``with`` block, the log first."""
+        heads = self.audit_heads()
+        yield Evidence(map(entry_row, self.audit_entries()), heads, self._state_items)
+
+    def _state_items(self) -> Iterable[tuple[str, str]]:
+        return self.state_digests().items()
 
     def verify_audit(self) -> AuditReport:
-        """Verify the chains and their MACs, then check the state against the log. Raises
-        ``AuditKeyMissing`` if there is a log but no key to check it with."""
-        return verify_evidence(self.evidence(), self.keys)
+        """Verify the chains and their MACs, then check the state against the log, in one
+        pass over the log. Raises ``AuditKeyMissing`` if there is a log but no key to check
+        it with."""
+        with self.evidence() as evidence:
+            return verify_evidence(evidence, self.keys)
 
     # -- the audit key -----------------------------------------------------------------------
     def default_key_path(self, store_id: str | None) -> Path | None:

@@ -23,9 +23,10 @@ the key stays on the machine (or in ``$TETHER_AUDIT_KEY`` for workers on several
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -423,12 +424,22 @@ class PostgresStore(SQLStore):
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
             raise StoreError(f"PostgreSQL transaction failed: {_one_line(e)}") from e
 
-    def _snapshot(self, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
-        # REPEATABLE READ: every query sees the database as of the first one.
+    @contextmanager
+    def _read_snapshot(self) -> Iterator[Callable[[str], Iterator[tuple[Any, ...]]]]:
+        # REPEATABLE READ: every query sees the database as of the first one. Each query runs
+        # in a named (server-side) cursor, which hands over ``itersize`` rows at a time.
+        names = itertools.count()
         try:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                return [conn.execute(q).fetchall() for q in queries]
+
+                def stream(sql: str) -> Iterator[tuple[Any, ...]]:
+                    with conn.cursor(name=f"tether_evidence_{next(names)}") as cursor:
+                        cursor.itersize = self.STREAM_BATCH
+                        cursor.execute(sql)
+                        yield from cursor
+
+                yield stream
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
             raise StoreError(f"PostgreSQL query failed: {_one_line(e)}") from e
 
@@ -439,19 +450,6 @@ class PostgresStore(SQLStore):
                 return rows
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
             raise StoreError(f"PostgreSQL query failed: {_one_line(e)}") from e
-
-    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
-        return AuditEntry(
-            chain=row[0],
-            seq=row[1],
-            kind=row[2],
-            run_id=row[3],
-            prev_hash=row[4],
-            hash=row[5],
-            body=row[6],
-            key_id=row[7],
-            mac=row[8],
-        )
 
     def close(self) -> None:
         self._pool.close()

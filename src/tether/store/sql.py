@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from typing import Any
 
@@ -99,18 +100,32 @@ class SQLStore(Store):
     MARK = "?"  # the driver's placeholder
     EFFECT_ORDER = "rowid"  # what breaks a tie in created_at, in insertion order
     APPROVAL_ORDER = "rowid"
-    AUDIT_SELECT = ""  # every audit entry in append order, as ``audit_entry`` reads it
+    # Every audit entry in append order, as (chain, seq, kind, run_id, prev_hash, hash, body,
+    # key_id, mac): ``AuditRow``, which ``LogReplay`` verifies without building entries.
+    AUDIT_SELECT = ""
     HEADS_SELECT = ""  # every chain's head as (chain, seq, hash)
+    STREAM_BATCH = 2000  # rows fetched at a time while streaming the evidence
 
     @abc.abstractmethod
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
 
     @abc.abstractmethod
-    def _snapshot(self, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
-        """The rows of each query, all read in one snapshot of the database."""
+    def _read_snapshot(self) -> AbstractContextManager[Callable[[str], Iterator[tuple[Any, ...]]]]:
+        """One read-only snapshot of the database, and within it a function that streams a
+        query's rows a batch at a time (never the whole result in memory)."""
 
-    @abc.abstractmethod
-    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry: ...
+    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
+        return AuditEntry(
+            chain=row[0],
+            seq=row[1],
+            kind=row[2],
+            run_id=row[3],
+            prev_hash=row[4],
+            hash=row[5],
+            body=row[6],
+            key_id=row[7],
+            mac=row[8],
+        )
 
     def audit_entries(self) -> Iterator[AuditEntry]:
         for row in self._query(self.AUDIT_SELECT):
@@ -119,16 +134,31 @@ class SQLStore(Store):
     def audit_heads(self) -> dict[str, AuditHead]:
         return {r[0]: AuditHead(r[1], r[2]) for r in self._query(self.HEADS_SELECT)}
 
-    def evidence(self) -> Evidence:
-        log, heads, *state = self._snapshot([self.AUDIT_SELECT, self.HEADS_SELECT, *STATE_QUERIES])
-        return Evidence(
-            [self.audit_entry(r) for r in log],
-            {r[0]: AuditHead(r[1], r[2]) for r in heads},
-            state_digests(*state),
-        )
+    @contextmanager
+    def evidence(self) -> Iterator[Evidence]:
+        with self._read_snapshot() as stream:
+            heads = {r[0]: AuditHead(r[1], r[2]) for r in stream(self.HEADS_SELECT)}
+            yield Evidence(stream(self.AUDIT_SELECT), heads, lambda: state_rows(stream))
 
     def state_digests(self) -> dict[str, str]:
         return state_digests(*(self._query(q) for q in STATE_QUERIES))
+
+    def audit_tail(
+        self, *, run_id: str | None = None, kind: str | None = None, limit: int = 50
+    ) -> list[AuditEntry]:
+        clauses, params = [], []
+        if run_id is not None:
+            clauses.append(f"run_id = {self.MARK}")
+            params.append(run_id)
+        if kind is not None:
+            clauses.append(f"kind = {self.MARK}")
+            params.append(kind)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        select, _, order = self.AUDIT_SELECT.partition(" ORDER BY ")
+        rows = self._query(
+            f"{select}{where} ORDER BY {order} DESC LIMIT {int(limit)}", tuple(params)
+        )
+        return [self.audit_entry(r) for r in reversed(rows)]
 
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
         where, params = (f"WHERE status = {self.MARK}", (status,)) if status else ("", ())
@@ -184,6 +214,17 @@ def state_digests(
 
 def approval_from_json(record_json: str) -> Approval:
     return Approval.from_dict(json.loads(record_json))
+
+
+def state_rows(stream: Callable[[str], Iterator[tuple[Any, ...]]]) -> Iterator[tuple[str, str]]:
+    """The state's row digests as ``state_digests`` gives them, streamed a row at a time."""
+    effects, approvals, runs = STATE_QUERIES
+    for r in stream(effects):
+        yield EFFECT + str(r[0]), row_digest(r)
+    for r in stream(approvals):
+        yield APPROVAL + str(r[0]), row_digest(r)
+    for r in stream(runs):
+        yield RUN + str(r[0]), ""
 
 
 def approval_from_row(row: tuple[Any, ...] | None) -> Approval | None:

@@ -18,7 +18,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -249,7 +249,8 @@ class SQLiteStore(SQLStore):
     """The store in one SQLite file (WAL); see the module docstring for durability."""
 
     AUDIT_SELECT = (
-        "SELECT seq, kind, run_id, prev_hash, hash, body, key_id, mac FROM audit_log ORDER BY rowid"
+        "SELECT 'main', seq, kind, run_id, prev_hash, hash, body, key_id, mac FROM audit_log "
+        "ORDER BY rowid"
     )
     HEADS_SELECT = "SELECT 'main', seq, hash FROM audit_head WHERE id = 1"
 
@@ -405,29 +406,29 @@ class SQLiteStore(SQLStore):
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
-    def _snapshot(self, queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+    @contextmanager
+    def _read_snapshot(self) -> Iterator[Callable[[str], Iterator[tuple[Any, ...]]]]:
         # One read transaction: WAL gives it one snapshot, whatever writers commit meanwhile.
+        # The lock is held throughout: the connection is shared, and its cursors with it.
         with self._lock:
             in_tx = self._conn.in_transaction
+            cursors: list[sqlite3.Cursor] = []
+
+            def stream(sql: str) -> Iterator[tuple[Any, ...]]:
+                cursor = self._conn.execute(sql)
+                cursors.append(cursor)
+                while batch := cursor.fetchmany(self.STREAM_BATCH):
+                    yield from batch
+
             if not in_tx:
                 self._conn.execute("BEGIN")
             try:
-                return [self._conn.execute(q).fetchall() for q in queries]
+                yield stream
             finally:
+                for cursor in cursors:
+                    cursor.close()
                 if not in_tx:
                     self._conn.execute("ROLLBACK")
-
-    def audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
-        return AuditEntry(
-            seq=row[0],
-            kind=row[1],
-            run_id=row[2],
-            prev_hash=row[3],
-            hash=row[4],
-            body=row[5],
-            key_id=row[6],
-            mac=row[7],
-        )
 
     def close(self) -> None:
         with self._lock:
