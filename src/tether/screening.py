@@ -16,8 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from anyascii import anyascii
-
 from tether.digest import canonical_json
 
 INJECTION_PATTERN = re.compile(
@@ -45,7 +43,13 @@ def looks_like_injection(text: str) -> bool:
     if text.isascii():
         return INJECTION_PATTERN.search(text) is not None
     folded = normalize(text)
-    return bool(INJECTION_PATTERN.search(folded) or INJECTION_PATTERN.search(anyascii(folded)))
+    if INJECTION_PATTERN.search(folded):
+        return True
+    # Imported for the first non-ASCII text: anyascii loads importlib.resources (and with it
+    # tempfile, shutil, bz2...), which ASCII-only work never needs.
+    from anyascii import anyascii
+
+    return INJECTION_PATTERN.search(anyascii(folded)) is not None
 
 
 def has_invisible(text: str) -> bool:
