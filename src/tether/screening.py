@@ -71,6 +71,26 @@ def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
             yield from _strings(v, f"{path}[{i}]")
 
 
+def _suspicious(text: str) -> bool:
+    return has_invisible(text) or looks_like_injection(text)
+
+
+def _any_suspicious(value: Any) -> bool:
+    """Whether any key or string in ``value`` would raise a flag: the same tests as the
+    flagging walk below, without building a path for every string (most calls have none)."""
+    if isinstance(value, str):
+        return _suspicious(value)
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if _suspicious(str(k)) or _any_suspicious(v):
+                return True
+    elif isinstance(value, list | tuple):
+        for v in value:
+            if _any_suspicious(v):
+                return True
+    return False
+
+
 def screen_arguments(
     arguments: Mapping[str, Any],
     *,
@@ -80,11 +100,12 @@ def screen_arguments(
     """Flags for the policy. The arguments themselves are passed on unchanged: silently
     rewriting what a tool receives would make the approved call differ from the one run."""
     flags: list[str] = []
-    for path, text in _strings(arguments):
-        if has_invisible(text):
-            flags.append(f"invisible characters in '{path}'")
-        if looks_like_injection(text):
-            flags.append(f"injection pattern in '{path}'")
+    if _any_suspicious(arguments):
+        for path, text in _strings(arguments):
+            if has_invisible(text):
+                flags.append(f"invisible characters in '{path}'")
+            if looks_like_injection(text):
+                flags.append(f"injection pattern in '{path}'")
     if size is None:
         size = len(canonical_json(arguments).encode())
     if size > max_bytes:
@@ -107,6 +128,22 @@ SECRET_FIELD_PATTERN = re.compile(
 )
 REDACTED = "[REDACTED]"
 
+# Field name -> whether SECRET_FIELD_PATTERN matches it. The same few names come with every
+# call; bounded, since the names come from a model. Cleared whole when full (atomic).
+_SECRET_NAMES: dict[str, bool] = {}
+_SECRET_NAMES_MAX = 4096
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a field of this name holds a secret whatever its value looks like."""
+    known = _SECRET_NAMES.get(name)
+    if known is None:
+        known = SECRET_FIELD_PATTERN.search(name) is not None
+        if len(_SECRET_NAMES) >= _SECRET_NAMES_MAX:
+            _SECRET_NAMES.clear()
+        _SECRET_NAMES[name] = known
+    return known
+
 
 def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[str]]:
     """``value`` with secrets replaced, and the names of what was redacted (sorted, unique)."""
@@ -114,11 +151,16 @@ def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[
     found: set[str] = set()
 
     def walk(v: Any, name: str) -> Any:
+        if isinstance(v, str):  # first: the commonest leaf, and a cheap test
+            if CREDENTIAL_PATTERN.search(v):
+                found.add(name or "(value)")
+                return CREDENTIAL_PATTERN.sub(REDACTED, v)
+            return v
         if isinstance(v, Mapping):
             out = {}
             for k, item in v.items():
                 key = str(k)
-                if key in sensitive or SECRET_FIELD_PATTERN.search(key):
+                if key in sensitive or is_secret_name(key):
                     found.add(key)
                     out[k] = REDACTED
                 else:
@@ -126,9 +168,6 @@ def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[
             return out
         if isinstance(v, list | tuple):
             return [walk(item, name) for item in v]
-        if isinstance(v, str) and CREDENTIAL_PATTERN.search(v):
-            found.add(name or "(value)")
-            return CREDENTIAL_PATTERN.sub(REDACTED, v)
         return v
 
     return walk(value, ""), sorted(found)
@@ -140,17 +179,20 @@ def secret_values(arguments: Mapping[str, Any], sensitive_fields: Iterable[str])
     found: list[str] = []
 
     def walk(v: Any, name: str) -> None:
-        if isinstance(v, Mapping):
+        if isinstance(v, str):  # first: the commonest leaf, and a cheap test
+            if name in sensitive or is_secret_name(name):
+                if v:
+                    found.append(str(v))
+            else:
+                found.extend(m.group(0) for m in CREDENTIAL_PATTERN.finditer(v))
+        elif isinstance(v, Mapping):
             for k, item in v.items():
                 walk(item, str(k))
         elif isinstance(v, list | tuple):
             for item in v:
                 walk(item, name)
-        elif name in sensitive or SECRET_FIELD_PATTERN.search(name):
-            if v is not None and str(v):
-                found.append(str(v))
-        elif isinstance(v, str):
-            found.extend(m.group(0) for m in CREDENTIAL_PATTERN.finditer(v))
+        elif (name in sensitive or is_secret_name(name)) and v is not None and str(v):
+            found.append(str(v))
 
     walk(arguments, "")
     return sorted(set(found), key=len, reverse=True)

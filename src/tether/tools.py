@@ -148,7 +148,7 @@ class Manifest:
                     "tenant data"
                 )
 
-    @property
+    @cached_property  # asked at every call, by the gate and by the policy
     def tenant_parts(self) -> tuple[str, ...] | None:
         """The tenant's path in the arguments, split; None for a tool not tenant-scoped."""
         return None if self.tenant_path is None else split_path(self.tenant_path)
