@@ -75,6 +75,22 @@ def _suspicious(text: str) -> bool:
     return has_invisible(text) or looks_like_injection(text)
 
 
+# Object key -> whether it would raise a flag. Keys repeat from call to call (values do
+# not); bounded, since keys come from a model, and cleared whole when full (atomic).
+_SUSPICIOUS_KEYS: dict[str, bool] = {}
+_SUSPICIOUS_KEYS_MAX = 4096
+
+
+def _suspicious_key(key: str) -> bool:
+    known = _SUSPICIOUS_KEYS.get(key)
+    if known is None:
+        known = _suspicious(key)
+        if len(_SUSPICIOUS_KEYS) >= _SUSPICIOUS_KEYS_MAX:
+            _SUSPICIOUS_KEYS.clear()
+        _SUSPICIOUS_KEYS[key] = known
+    return known
+
+
 def _any_suspicious(value: Any) -> bool:
     """Whether any key or string in ``value`` would raise a flag: the same tests as the
     flagging walk below, without building a path for every string (most calls have none)."""
@@ -82,7 +98,7 @@ def _any_suspicious(value: Any) -> bool:
         return _suspicious(value)
     if isinstance(value, Mapping):
         for k, v in value.items():
-            if _suspicious(str(k)) or _any_suspicious(v):
+            if _suspicious_key(str(k)) or _any_suspicious(v):
                 return True
     elif isinstance(value, list | tuple):
         for v in value:
@@ -121,6 +137,10 @@ CREDENTIAL_PATTERN = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|(?i:bearer\s+[A-Za-z0-9._\-]{16,})"
     r"|tth_[A-Za-z0-9_\-]{20,})"  # tether's own approver and principal credentials
 )
+# No text shorter than this can match CREDENTIAL_PATTERN (its shortest alternative is
+# ``xox?-`` and ten more characters; tests/test_screening.py derives it from the pattern), so
+# shorter strings, which most argument values are, skip the search.
+CREDENTIAL_MIN_LENGTH = 15
 # Field names that hold secrets whatever their value looks like.
 SECRET_FIELD_PATTERN = re.compile(
     r"(password|passwd|secret|token|api[_-]?key|authorization|credential|private[_-]?key)",
@@ -152,7 +172,7 @@ def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[
 
     def walk(v: Any, name: str) -> Any:
         if isinstance(v, str):  # first: the commonest leaf, and a cheap test
-            if CREDENTIAL_PATTERN.search(v):
+            if len(v) >= CREDENTIAL_MIN_LENGTH and CREDENTIAL_PATTERN.search(v):
                 found.add(name or "(value)")
                 return CREDENTIAL_PATTERN.sub(REDACTED, v)
             return v
@@ -183,7 +203,7 @@ def secret_values(arguments: Mapping[str, Any], sensitive_fields: Iterable[str])
             if name in sensitive or is_secret_name(name):
                 if v:
                     found.append(str(v))
-            else:
+            elif len(v) >= CREDENTIAL_MIN_LENGTH:
                 found.extend(m.group(0) for m in CREDENTIAL_PATTERN.finditer(v))
         elif isinstance(v, Mapping):
             for k, item in v.items():
