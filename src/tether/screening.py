@@ -39,9 +39,26 @@ def normalize(text: str) -> str:
     return "".join(ch for ch in folded if unicodedata.category(ch) not in _INVISIBLE)
 
 
+# Every match of INJECTION_PATTERN in ASCII text contains one of these, lowercased (each
+# alternative of the pattern starts with, or requires, one of them). The pattern is
+# case-insensitive with no literal prefix for the regex engine to skip ahead with, so it
+# tries every alternative at every position: a few microseconds for a short string. Looking
+# for these first answers most strings in a fraction of that, and a string that has one
+# still goes through the pattern. tests/test_screening.py checks the list against the pattern.
+INJECTION_ANCHORS = (
+    *("ignore", "forget", "disregard", "you are now", "act as", "jailbreak", "bypass"),
+    *("override", "system", "</s>", "###", "<|im_", "assistant", "inst"),
+)
+
+
 def looks_like_injection(text: str) -> bool:
     if text.isascii():
-        return INJECTION_PATTERN.search(text) is not None
+        # For ASCII text a case-insensitive match is a match in the lowercased text.
+        lowered = text.lower()
+        for anchor in INJECTION_ANCHORS:
+            if anchor in lowered:
+                return INJECTION_PATTERN.search(text) is not None
+        return False
     folded = normalize(text)
     if INJECTION_PATTERN.search(folded):
         return True
