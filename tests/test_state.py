@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tether.budget import Budget
+from tether.digest import canonical_json
 from tether.policy import Principal
 from tether.state import RunState
 from tether.store.base import RunRecord
@@ -74,3 +77,31 @@ def test_edited_text_is_parsed_not_served_from_the_cache() -> None:
     assert edited != text
     assert RunState.load(_record(edited)).budget.max_steps == 500
     assert RunState.load(_record(text)).budget.max_steps == 5
+
+
+scalars = st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False)
+extra_keys = st.sampled_from(["turns", "effects", "budget", "principal_seal", "é", "Z", ""])
+
+
+@given(
+    extra=st.dictionaries(extra_keys | st.text(), scalars | st.lists(scalars), max_size=6),
+    effects=st.none() | st.integers(min_value=0),
+    seal=st.none() | st.text(),
+    scopes=st.frozensets(st.text(), max_size=3),
+)
+def test_the_assembled_checkpoint_is_the_canonical_json_of_the_merge(
+    extra: dict[str, Any], effects: int | None, seal: str | None, scopes: frozenset[str]
+) -> None:
+    state = RunState(
+        principal=Principal(subject="s", tenant="t\u2028", scopes=scopes),
+        budget=Budget(max_cost=10, spent=3),
+        extra=extra,
+        effects=effects,
+        principal_seal=seal,
+    )
+    own: dict[str, Any] = {"principal": state.principal.to_dict(), "budget": state.budget.to_dict()}
+    if effects is not None:
+        own["effects"] = effects
+    if seal is not None:
+        own["principal_seal"] = seal
+    assert state.dump() == canonical_json({**extra, **own})
