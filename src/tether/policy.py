@@ -13,11 +13,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.digest import canonical_json
 from tether.errors import ConfigurationError
 from tether.tenancy import is_missing, tenant_at
 from tether.tools import Manifest, Risk
@@ -42,11 +40,6 @@ class Principal:
 
     def to_dict(self) -> dict[str, Any]:
         return {"subject": self.subject, "tenant": self.tenant, "scopes": sorted(self.scopes)}
-
-    @cached_property
-    def canonical_json(self) -> str:
-        """``canonical_json(self.to_dict())``, made once: every checkpoint write holds it."""
-        return canonical_json(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Principal:

@@ -11,7 +11,6 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring as _string
 from types import MappingProxyType
 from typing import Any
 
@@ -59,24 +58,6 @@ class RunState:
         return text
 
     def _encode(self) -> str:
-        """``canonical_json({**extra, **own})``, assembled from each member's own canonical
-        JSON: the principal's is made once per principal, not at every step."""
-        parts: dict[str, str] = {
-            "budget": canonical_json(self.budget.to_dict()),
-            "principal": self.principal.canonical_json,
-        }
-        if self.effects is not None:
-            parts["effects"] = canonical_json(self.effects)
-        if self.principal_seal is not None:
-            parts["principal_seal"] = canonical_json(self.principal_seal)
-        for key, value in self.extra.items():
-            if type(key) is not str:  # json's own rules for other keys: let it apply them
-                return self._encode_whole()
-            if key not in parts:  # the state's own fields win, as in the merge above
-                parts[key] = canonical_json(value)
-        return "{" + ",".join(f"{_string(k)}:{parts[k]}" for k in sorted(parts)) + "}"
-
-    def _encode_whole(self) -> str:
         own: dict[str, Any] = {
             "principal": self.principal.to_dict(),
             "budget": self.budget.to_dict(),
