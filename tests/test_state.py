@@ -79,7 +79,13 @@ def test_edited_text_is_parsed_not_served_from_the_cache() -> None:
     assert RunState.load(_record(text)).budget.max_steps == 5
 
 
-scalars = st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
 extra_keys = st.sampled_from(["turns", "effects", "budget", "principal_seal", "é", "Z", ""])
 
 
