@@ -4,6 +4,7 @@ seed scenarios."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -295,21 +296,17 @@ def test_risk_parse_unknown_tier_raises() -> None:
         Risk.parse("catastrophic")
 
 
-def test_openai_and_anthropic_tool_shapes() -> None:
+def test_tool_specs_show_what_the_model_may_call() -> None:
     support = Support()
-    openai = support.registry.openai_tools()
-    assert [t["function"]["name"] for t in openai] == ["close_ticket", "get_ticket"]
-    read = openai[1]
-    assert read["type"] == "function"
-    assert read["function"]["description"] == "Read a support ticket."
-    assert read["function"]["parameters"]["properties"] == {"ticket_id": {"type": "string"}}
-    anthropic = support.registry.anthropic_tools()
-    assert anthropic[1] == {
-        "name": "get_ticket",
-        "description": "Read a support ticket.",
-        "input_schema": read["function"]["parameters"],
-    }
-    assert "operation_key" not in anthropic[0]["input_schema"]["properties"]
+    specs = support.registry.tool_specs()
+    assert [t.name for t in specs] == ["close_ticket", "get_ticket"]
+    read = specs[1]
+    assert read.description == "Read a support ticket."
+    assert read.parameters["properties"] == {"ticket_id": {"type": "string"}}
+    # The handler's idempotency key is the gate's to pass, never the model's to choose.
+    assert "operation_key" not in specs[0].parameters["properties"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        read.name = "other"  # type: ignore[misc]
 
 
 def test_pinned_manifest_drift_is_refused() -> None:

@@ -137,6 +137,57 @@ def registry() -> Registry:
     return reg
 
 
+# What each provider must receive for registry()'s tools, spelt out: the adapters format
+# the registry's ToolSpecs themselves, so these are what their formatting is checked against.
+_SCHEMA = {
+    "search": {
+        "type": "object",
+        "properties": {"q": {"type": "string"}},
+        "required": ["q"],
+        "additionalProperties": False,
+    },
+    "lookup": {
+        "type": "object",
+        "properties": {"ticket_id": {"type": "string"}},
+        "required": ["ticket_id"],
+        "additionalProperties": False,
+    },
+}
+OPENAI_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look up a ticket.",
+            "parameters": _SCHEMA["lookup"],
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the local corpus.",
+            "parameters": _SCHEMA["search"],
+        },
+    },
+]
+ANTHROPIC_TOOLS = [
+    {"name": "lookup", "description": "Look up a ticket.", "input_schema": _SCHEMA["lookup"]},
+    {
+        "name": "search",
+        "description": "Search the local corpus.",
+        "input_schema": _SCHEMA["search"],
+    },
+]
+
+
+def test_tool_specs_are_the_manifests_in_name_order() -> None:
+    specs = registry().tool_specs()
+    assert [s.name for s in specs] == ["lookup", "search"]
+    assert specs[1].description == "Search the local corpus."
+    assert specs[1].parameters == _SCHEMA["search"]
+
+
 CONVERSATION = [
     Message(role="system", content="You are a research assistant."),
     Message(role="user", content="Find run_42 and ticket T-1."),
@@ -188,9 +239,7 @@ def test_openai_text_answer_and_request_format(
 ) -> None:
     server.reply(chat_completion("run_42 is a summary run."))
     model = OpenAIChatModel("gpt-test", client=openai_client, temperature=0)
-    tools = registry().openai_tools()
-
-    reply = model.complete(CONVERSATION, tools)
+    reply = model.complete(CONVERSATION, registry().tool_specs())
 
     assert reply == Message(role="assistant", content="run_42 is a summary run.")
     [request] = server.received
@@ -202,7 +251,7 @@ def test_openai_text_answer_and_request_format(
         {"role": "system", "content": "You are a research assistant."},
         {"role": "user", "content": "Find run_42 and ticket T-1."},
     ]
-    assert request.body["tools"] == tools
+    assert request.body["tools"] == OPENAI_TOOLS
     assert "stream" not in request.body or request.body["stream"] is False
 
 
@@ -225,7 +274,7 @@ def test_openai_parallel_tool_calls(server: FakeProvider, openai_client: openai.
         )
     )
     reply = OpenAIChatModel("gpt-test", client=openai_client).complete(
-        CONVERSATION, registry().openai_tools()
+        CONVERSATION, registry().tool_specs()
     )
     assert reply.role == "assistant"
     assert reply.content == ""
@@ -240,7 +289,7 @@ def test_openai_sends_tool_calls_and_results_back(
 ) -> None:
     server.reply(chat_completion("Done."))
     reply = OpenAIChatModel("gpt-test", client=openai_client).complete(
-        AFTER_TOOLS, registry().openai_tools()
+        AFTER_TOOLS, registry().tool_specs()
     )
     assert reply.content == "Done."
     messages = server.received[0].body["messages"]
@@ -394,7 +443,7 @@ def test_anthropic_text_answer_and_request_format(
     model = AnthropicModel("claude-test", client=anthropic_client, stop_sequences=["END"])
     reg = registry()
 
-    reply = model.complete(CONVERSATION, reg.openai_tools())
+    reply = model.complete(CONVERSATION, reg.tool_specs())
 
     assert reply == Message(role="assistant", content="run_42 is a summary run.")
     [request] = server.received
@@ -408,7 +457,7 @@ def test_anthropic_text_answer_and_request_format(
     assert request.body["stop_sequences"] == ["END"]
     assert request.body["system"] == "You are a research assistant."
     assert request.body["messages"] == [{"role": "user", "content": "Find run_42 and ticket T-1."}]
-    assert request.body["tools"] == reg.anthropic_tools()
+    assert request.body["tools"] == ANTHROPIC_TOOLS
 
 
 def test_anthropic_without_system_or_tools_sends_neither(
@@ -435,7 +484,7 @@ def test_anthropic_parallel_tool_calls(
         )
     )
     reply = AnthropicModel("claude-test", client=anthropic_client).complete(
-        CONVERSATION, registry().openai_tools()
+        CONVERSATION, registry().tool_specs()
     )
     assert reply.content == "Let me look."
     assert reply.tool_calls == (
@@ -449,7 +498,7 @@ def test_anthropic_sends_tool_use_and_one_user_message_of_results(
 ) -> None:
     server.reply(anthropic_message(text_block("Done.")))
     reply = AnthropicModel("claude-test", client=anthropic_client).complete(
-        AFTER_TOOLS, registry().openai_tools()
+        AFTER_TOOLS, registry().tool_specs()
     )
     assert reply.content == "Done."
     body = server.received[0].body
@@ -600,7 +649,17 @@ def test_run_with_approval_end_to_end_over_openai(
         "final",
     ]
     first, second = (r.body for r in server.received)
-    assert first["tools"] == reg.openai_tools()
+    assert first["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+            },
+        }
+        for t in reg.tool_specs()
+    ]
     assert first["messages"] == [{"role": "user", "content": "Clean up run r42"}]
     assert second["messages"][1:] == [
         {

@@ -8,9 +8,9 @@ was bound to still matches the call at dispatch time (invariant I5).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
+from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 from tether.digest import canonical_json, digest, sha256_hex
@@ -49,30 +49,47 @@ class CallBinding:
     arguments: Mapping[str, Any]
     tenant: str
     actor: str
+    # Made once, with the binding: the gate needs all three for every call (the size check,
+    # the effect row, the grant), and the arguments' canonical JSON is shared by the first two.
+    arguments_json: str = field(init=False, repr=False, compare=False)
+    argument_digest: str = field(init=False, repr=False, compare=False)
+    call_digest: str = field(init=False, repr=False, compare=False)
 
-    # Cached: the gate asks for these several times per call, and digests are not free.
-    @cached_property
-    def arguments_json(self) -> str:
-        return canonical_json(dict(self.arguments))
+    def __post_init__(self) -> None:
+        arguments_json = canonical_json(dict(self.arguments))
+        argument_digest = "sha256:" + sha256_hex(arguments_json)
+        set_field = object.__setattr__
+        set_field(self, "arguments_json", arguments_json)
+        set_field(self, "argument_digest", argument_digest)
+        set_field(self, "call_digest", _call_digest(self, argument_digest))
 
-    @cached_property
-    def argument_digest(self) -> str:
-        return "sha256:" + sha256_hex(self.arguments_json)
 
-    @cached_property
-    def call_digest(self) -> str:
+def _call_digest(b: CallBinding, argument_digest: str) -> str:
+    e = _encode_string
+    try:
+        # Canonical JSON of the dict below, spelt out (keys in sorted order, each value
+        # encoded as json encodes a string): it skips building and sorting a dict.
+        # tests/test_approvals.py checks it against digest() of the dict.
+        text = (
+            f'{{"actor":{e(b.actor)},"argument_digest":{e(argument_digest)},'
+            f'"call_id":{e(b.call_id)},"run_id":{e(b.run_id)},"tenant":{e(b.tenant)},'
+            f'"tool":{e(b.tool)},"tool_schema_digest":{e(b.tool_schema_digest)},'
+            f'"tool_version":{e(b.tool_version)}}}'
+        )
+    except TypeError:  # a field that is not a string: the general encoder says what it is
         return digest(
             {
-                "run_id": self.run_id,
-                "call_id": self.call_id,
-                "tool": self.tool,
-                "tool_version": self.tool_version,
-                "tool_schema_digest": self.tool_schema_digest,
-                "argument_digest": self.argument_digest,
-                "tenant": self.tenant,
-                "actor": self.actor,
+                "run_id": b.run_id,
+                "call_id": b.call_id,
+                "tool": b.tool,
+                "tool_version": b.tool_version,
+                "tool_schema_digest": b.tool_schema_digest,
+                "argument_digest": argument_digest,
+                "tenant": b.tenant,
+                "actor": b.actor,
             }
         )
+    return "sha256:" + sha256_hex(text)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from typing import Any, TypeVar
+import json.encoder
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
-# One encoder for the process: json.dumps with options builds a new encoder on every call.
 # allow_nan=False: NaN and infinities are not JSON; refusing them here keeps them out of every
 # digest and every stored row.
 _ENCODER = json.JSONEncoder(
@@ -21,22 +21,40 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-# The C encoder behind it, made once too: ``JSONEncoder.encode`` builds a new one on every
-# call, which costs as much as encoding a small record. Same options, same bytes; without a
-# circular-reference check (nothing tether encodes refers to itself).
-_C_ENCODE = (
+def _unencodable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The C encoder, made once. ``JSONEncoder.encode`` builds one (and a closure, and a dict for
+# cycle detection) on every call, which is half the cost of encoding a small value; canonical
+# JSON is made a dozen times per gate call. Without the cycle-detection dict the encoder is
+# stateless, so one serves every thread; a cycle then ends in RecursionError, turned below
+# into the ValueError json raises.
+_c_make_encoder = cast(Callable[..., Any] | None, getattr(json.encoder, "c_make_encoder", None))
+_C_ENCODE: Callable[[Any, int], Iterable[str]] | None = (
     None
-    if c_make_encoder is None
-    else c_make_encoder(
-        None, _ENCODER.default, encode_basestring, None, ":", ",", True, False, False
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None,  # markers: no cycle detection
+        _unencodable,
+        json.encoder.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
     )
 )
 
 
 def canonical_json(value: Any) -> str:
-    if _C_ENCODE is None:
+    if _C_ENCODE is None:  # an interpreter without the C accelerator
         return _ENCODER.encode(value)
-    return "".join(_C_ENCODE(value, 0))
+    try:
+        return "".join(_C_ENCODE(value, 0))
+    except RecursionError:
+        raise ValueError("circular reference detected, or nested too deeply for JSON") from None
 
 
 def sha256_hex(text: str) -> str:

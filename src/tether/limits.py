@@ -33,6 +33,9 @@ def argument_problems(
             return [f"arguments have more than {max_nodes} values; send less"]
         if depth > max_depth:
             return [f"{where}: nested deeper than {max_depth} levels"]
+        kind = type(value)
+        if kind is str or kind is int or kind is bool or value is None:
+            continue  # the commonest values, and fine: skip the ABC checks below
         if isinstance(value, Mapping):
             for key, item in value.items():
                 if not isinstance(key, str):

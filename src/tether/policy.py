@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import operator
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
-
-import pydantic
 
 from tether.errors import ConfigurationError
 from tether.tenancy import is_missing, tenant_at
@@ -151,19 +148,18 @@ class Policy:
     @classmethod
     def from_toml(cls, source: str | Path) -> Policy:
         """Load a policy file; ``source`` is a path or the TOML text itself."""
+        import tomllib
+
         text = Path(source).read_text() if isinstance(source, Path) else source
         try:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigurationError(f"policy file is not valid TOML: {e}") from e
-        try:
-            spec = _PolicyFile.model_validate(raw)
-        except pydantic.ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-            )
-            raise ConfigurationError(f"policy file is invalid: {problems}") from e
-        return spec.to_policy()
+        # pydantic is imported only here: checking a file's shape is its job, and nothing
+        # else on the way to judging a call needs it.
+        from tether.policy_file import parse_policy_file
+
+        return parse_policy_file(raw)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,58 +251,3 @@ def _tenant_denials(
             f"tenant {principal.tenant!r}"
         ]
     return []
-
-
-class _ConstraintSpec(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-    argument: str
-    op: ConstraintOp
-    value: Any
-
-
-class _ToolSpec(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-    decision: Verdict | None = None
-    approvers: list[str] | None = None
-    constraints: list[_ConstraintSpec] = []
-
-
-class _PolicyFile(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-    version: str
-    approvers: list[str] = []
-    approval_ttl_seconds: float = pydantic.Field(default=3600.0, gt=0)
-    on_injection: Verdict = Verdict.DENY
-    tiers: dict[Risk, Verdict] = {}
-    tools: dict[str, _ToolSpec] = {}
-
-    def to_policy(self) -> Policy:
-        policy = self._build()
-        unanswerable = policy.asks_without_approvers()
-        if unanswerable:
-            raise ConfigurationError(
-                f"policy {self.version} asks for approval ({', '.join(unanswerable)}) but names "
-                "no approver for it, so those calls would wait forever; add approvers = [...] "
-                "or make them allow or deny"
-            )
-        return policy
-
-    def _build(self) -> Policy:
-        return Policy(
-            version=self.version,
-            approvers=frozenset(self.approvers),
-            tiers={**DEFAULT_TIERS, **self.tiers},
-            tools={
-                name: ToolRule(
-                    verdict=spec.decision,
-                    approvers=frozenset(spec.approvers) if spec.approvers is not None else None,
-                    constraints=tuple(
-                        Constraint(argument=c.argument, op=c.op, value=c.value)
-                        for c in spec.constraints
-                    ),
-                )
-                for name, spec in self.tools.items()
-            },
-            approval_ttl_s=self.approval_ttl_seconds,
-            on_injection=self.on_injection,
-        )

@@ -59,6 +59,7 @@ from tether.run_log import RunResult, Step, StepText, load_result
 from tether.screening import redact, scrub, secret_values
 from tether.state import RunState
 from tether.store.base import RunRecord, Store, Tx
+from tether.tools import ToolSpec
 
 __all__ = ["Approver", "RunResult", "Runner", "Step", "load_result", "run_with_approval"]
 
@@ -324,7 +325,7 @@ class Runner:
             record = run_log.get_run(tx, run_id)
             messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
         turn = int(RunState.load(record).extra.get("turns", 0))
-        tools = self.gate.registry.openai_tools()
+        tools = self.gate.registry.tool_specs()
         while True:
             last = messages[-1]
             open_turn = _open_turn(messages)
@@ -352,7 +353,7 @@ class Runner:
             turn += 1
             messages.append(reply)
 
-    def _ask_model(self, messages: list[Message], tools: list[dict[str, Any]]) -> Message | str:
+    def _ask_model(self, messages: list[Message], tools: list[ToolSpec]) -> Message | str:
         """The model's reply as it can be stored, or (a provider's error) why the run failed.
         A model that raises anything else, or answers with something that is not a message,
         has a bug that would recur at every resume: ``_ModelBug`` fails the run, saying so."""

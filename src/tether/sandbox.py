@@ -5,6 +5,9 @@ file system, network or host imports unless the host grants them, and hard limit
 memory enforced by the worker. We chose it over RestrictedPython (same process, no time or
 memory limits) and simpleeval (expressions only, no memory limit) because a sandbox that can
 be made to loop forever or eat the host's memory is not a sandbox.
+
+Monty is an optional extra (``pip install 'tether[sandbox]'``), imported on the first
+evaluation: a gate that never runs untrusted code neither installs nor loads it.
 """
 
 from __future__ import annotations
@@ -14,19 +17,29 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import pydantic_monty
-
 from tether.errors import SandboxError
 
 _pool: Any = None
 _lock = threading.Lock()
 
 
-def _workers() -> Any:
+def _monty() -> Any:
+    try:
+        import pydantic_monty
+    except ImportError as e:
+        # An ImportError, as every optional integration's (tether.models.openai...) is.
+        raise ImportError(
+            "tether.sandbox needs the pydantic-monty package, which is not installed: "
+            "pip install 'tether[sandbox]'"
+        ) from e
+    return pydantic_monty
+
+
+def _workers(monty: Any) -> Any:
     global _pool
     with _lock:
         if _pool is None:
-            _pool = pydantic_monty.Monty()
+            _pool = monty.Monty()
             _pool.__enter__()
             atexit.register(_shutdown)
         return _pool
@@ -48,11 +61,12 @@ def sandboxed_eval(
     memory_limit_bytes: int = 16 * 1024 * 1024,
 ) -> Any:
     """Evaluate ``code`` (an expression, or statements ending in one) in the sandbox."""
-    limits = pydantic_monty.ResourceLimits(
+    monty = _monty()
+    limits = monty.ResourceLimits(
         max_feed_duration_secs=time_limit_s, max_memory=memory_limit_bytes
     )
     try:
-        with _workers().checkout(limits=limits) as session:
+        with _workers(monty).checkout(limits=limits) as session:
             return session.feed_run(code, inputs=dict(inputs or {}))
-    except pydantic_monty.MontyError as e:
+    except monty.MontyError as e:
         raise SandboxError(f"sandboxed code failed: {e}") from e

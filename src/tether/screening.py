@@ -16,8 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from anyascii import anyascii
-
 from tether.digest import canonical_json
 
 INJECTION_PATTERN = re.compile(
@@ -41,11 +39,34 @@ def normalize(text: str) -> str:
     return "".join(ch for ch in folded if unicodedata.category(ch) not in _INVISIBLE)
 
 
+# Every match of INJECTION_PATTERN in ASCII text contains one of these, lowercased (each
+# alternative of the pattern starts with, or requires, one of them). The pattern is
+# case-insensitive with no literal prefix for the regex engine to skip ahead with, so it
+# tries every alternative at every position: a few microseconds for a short string. Looking
+# for these first answers most strings in a fraction of that, and a string that has one
+# still goes through the pattern. tests/test_screening.py checks the list against the pattern.
+INJECTION_ANCHORS = (
+    *("ignore", "forget", "disregard", "you are now", "act as", "jailbreak", "bypass"),
+    *("override", "system", "</s>", "###", "<|im_", "assistant", "inst"),
+)
+
+
 def looks_like_injection(text: str) -> bool:
     if text.isascii():
-        return INJECTION_PATTERN.search(text) is not None
+        # For ASCII text a case-insensitive match is a match in the lowercased text.
+        lowered = text.lower()
+        for anchor in INJECTION_ANCHORS:
+            if anchor in lowered:
+                return INJECTION_PATTERN.search(text) is not None
+        return False
     folded = normalize(text)
-    return bool(INJECTION_PATTERN.search(folded) or INJECTION_PATTERN.search(anyascii(folded)))
+    if INJECTION_PATTERN.search(folded):
+        return True
+    # Imported for the first non-ASCII text: anyascii loads importlib.resources (and with it
+    # tempfile, shutil, bz2...), which ASCII-only work never needs.
+    from anyascii import anyascii
+
+    return INJECTION_PATTERN.search(anyascii(folded)) is not None
 
 
 def has_invisible(text: str) -> bool:
@@ -67,6 +88,42 @@ def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
             yield from _strings(v, f"{path}[{i}]")
 
 
+def _suspicious(text: str) -> bool:
+    return has_invisible(text) or looks_like_injection(text)
+
+
+# Object key -> whether it would raise a flag. Keys repeat from call to call (values do
+# not); bounded, since keys come from a model, and cleared whole when full (atomic).
+_SUSPICIOUS_KEYS: dict[str, bool] = {}
+_SUSPICIOUS_KEYS_MAX = 4096
+
+
+def _suspicious_key(key: str) -> bool:
+    known = _SUSPICIOUS_KEYS.get(key)
+    if known is None:
+        known = _suspicious(key)
+        if len(_SUSPICIOUS_KEYS) >= _SUSPICIOUS_KEYS_MAX:
+            _SUSPICIOUS_KEYS.clear()
+        _SUSPICIOUS_KEYS[key] = known
+    return known
+
+
+def _any_suspicious(value: Any) -> bool:
+    """Whether any key or string in ``value`` would raise a flag: the same tests as the
+    flagging walk below, without building a path for every string (most calls have none)."""
+    if isinstance(value, str):
+        return _suspicious(value)
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if _suspicious_key(str(k)) or _any_suspicious(v):
+                return True
+    elif isinstance(value, list | tuple):
+        for v in value:
+            if _any_suspicious(v):
+                return True
+    return False
+
+
 def screen_arguments(
     arguments: Mapping[str, Any],
     *,
@@ -76,11 +133,12 @@ def screen_arguments(
     """Flags for the policy. The arguments themselves are passed on unchanged: silently
     rewriting what a tool receives would make the approved call differ from the one run."""
     flags: list[str] = []
-    for path, text in _strings(arguments):
-        if has_invisible(text):
-            flags.append(f"invisible characters in '{path}'")
-        if looks_like_injection(text):
-            flags.append(f"injection pattern in '{path}'")
+    if _any_suspicious(arguments):
+        for path, text in _strings(arguments):
+            if has_invisible(text):
+                flags.append(f"invisible characters in '{path}'")
+            if looks_like_injection(text):
+                flags.append(f"injection pattern in '{path}'")
     if size is None:
         size = len(canonical_json(arguments).encode())
     if size > max_bytes:
@@ -96,12 +154,32 @@ CREDENTIAL_PATTERN = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|(?i:bearer\s+[A-Za-z0-9._\-]{16,})"
     r"|tth_[A-Za-z0-9_\-]{20,})"  # tether's own approver and principal credentials
 )
+# No text shorter than this can match CREDENTIAL_PATTERN (its shortest alternative is
+# ``xox?-`` and ten more characters; tests/test_screening.py derives it from the pattern), so
+# shorter strings, which most argument values are, skip the search.
+CREDENTIAL_MIN_LENGTH = 15
 # Field names that hold secrets whatever their value looks like.
 SECRET_FIELD_PATTERN = re.compile(
     r"(password|passwd|secret|token|api[_-]?key|authorization|credential|private[_-]?key)",
     re.IGNORECASE,
 )
 REDACTED = "[REDACTED]"
+
+# Field name -> whether SECRET_FIELD_PATTERN matches it. The same few names come with every
+# call; bounded, since the names come from a model. Cleared whole when full (atomic).
+_SECRET_NAMES: dict[str, bool] = {}
+_SECRET_NAMES_MAX = 4096
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a field of this name holds a secret whatever its value looks like."""
+    known = _SECRET_NAMES.get(name)
+    if known is None:
+        known = SECRET_FIELD_PATTERN.search(name) is not None
+        if len(_SECRET_NAMES) >= _SECRET_NAMES_MAX:
+            _SECRET_NAMES.clear()
+        _SECRET_NAMES[name] = known
+    return known
 
 
 def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[str]]:
@@ -110,11 +188,16 @@ def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[
     found: set[str] = set()
 
     def walk(v: Any, name: str) -> Any:
+        if isinstance(v, str):  # first: the commonest leaf, and a cheap test
+            if len(v) >= CREDENTIAL_MIN_LENGTH and CREDENTIAL_PATTERN.search(v):
+                found.add(name or "(value)")
+                return CREDENTIAL_PATTERN.sub(REDACTED, v)
+            return v
         if isinstance(v, Mapping):
             out = {}
             for k, item in v.items():
                 key = str(k)
-                if key in sensitive or SECRET_FIELD_PATTERN.search(key):
+                if key in sensitive or is_secret_name(key):
                     found.add(key)
                     out[k] = REDACTED
                 else:
@@ -122,9 +205,6 @@ def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[
             return out
         if isinstance(v, list | tuple):
             return [walk(item, name) for item in v]
-        if isinstance(v, str) and CREDENTIAL_PATTERN.search(v):
-            found.add(name or "(value)")
-            return CREDENTIAL_PATTERN.sub(REDACTED, v)
         return v
 
     return walk(value, ""), sorted(found)
@@ -136,17 +216,20 @@ def secret_values(arguments: Mapping[str, Any], sensitive_fields: Iterable[str])
     found: list[str] = []
 
     def walk(v: Any, name: str) -> None:
-        if isinstance(v, Mapping):
+        if isinstance(v, str):  # first: the commonest leaf, and a cheap test
+            if name in sensitive or is_secret_name(name):
+                if v:
+                    found.append(str(v))
+            elif len(v) >= CREDENTIAL_MIN_LENGTH:
+                found.extend(m.group(0) for m in CREDENTIAL_PATTERN.finditer(v))
+        elif isinstance(v, Mapping):
             for k, item in v.items():
                 walk(item, str(k))
         elif isinstance(v, list | tuple):
             for item in v:
                 walk(item, name)
-        elif name in sensitive or SECRET_FIELD_PATTERN.search(name):
-            if v is not None and str(v):
-                found.append(str(v))
-        elif isinstance(v, str):
-            found.extend(m.group(0) for m in CREDENTIAL_PATTERN.finditer(v))
+        elif (name in sensitive or is_secret_name(name)) and v is not None and str(v):
+            found.append(str(v))
 
     walk(arguments, "")
     return sorted(set(found), key=len, reverse=True)

@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from tether.budget import Budget
@@ -33,7 +34,16 @@ class RunState:
 
     @classmethod
     def load(cls, record: RunRecord) -> RunState:
-        data = json.loads(record.checkpoint_json)
+        text = record.checkpoint_json
+        state = _PARSED.get(text)
+        if state is None:
+            state = cls.parse(text)
+            _remember(text, state)
+        return state
+
+    @classmethod
+    def parse(cls, text: str) -> RunState:
+        data = json.loads(text)
         return cls(
             principal=Principal.from_dict(data["principal"]),
             budget=Budget.from_dict(data["budget"]),
@@ -43,6 +53,11 @@ class RunState:
         )
 
     def dump(self) -> str:
+        text = self._encode()
+        _remember(text, self)
+        return text
+
+    def _encode(self) -> str:
         own: dict[str, Any] = {
             "principal": self.principal.to_dict(),
             "budget": self.budget.to_dict(),
@@ -55,6 +70,37 @@ class RunState:
 
 
 _OWN = ("principal", "budget", "effects", "principal_seal")
+
+# Checkpoint text -> the state it holds. The gate loads a run's checkpoint at every call and
+# it is, byte for byte, the one it wrote at the call before; parsing it again (JSON, then a
+# principal, then a budget) costs more than the rest of loading the run. Equal text is an
+# equal state, so this is a cache of a pure function: a row edited outside tether is new
+# text, parsed afresh (and its seal still checked by the gate). Only states whose ``extra``
+# holds plain scalars are kept, behind a read-only view, so no caller can change what
+# another will load. Bounded: cleared whole when full, which is atomic under threads.
+_PARSED: dict[str, RunState] = {}
+_PARSED_MAX = 4096
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _remember(text: str, state: RunState) -> None:
+    # Anything ``parse`` would not give back as it is (a nested value someone may change, a
+    # key the state's own fields overwrite, a key that is not a string) is not kept.
+    if not all(
+        type(k) is str and k not in _OWN and type(v) in _SCALARS for k, v in state.extra.items()
+    ):
+        return
+    if not isinstance(state.extra, MappingProxyType):
+        state = RunState(
+            principal=state.principal,
+            budget=state.budget,
+            extra=MappingProxyType(dict(state.extra)),
+            effects=state.effects,
+            principal_seal=state.principal_seal,
+        )
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[text] = state
 
 
 def new_id(prefix: str) -> str:

@@ -15,14 +15,20 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar, get_type_hints, overload
-
-import jsonschema
-import pydantic
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
 from tether.digest import digest
 from tether.errors import ConfigurationError, InvalidArguments, ManifestDriftError, UnknownToolError
 from tether.tenancy import has_property, split_path, tenant_like_arguments
+from tether.validation import Check, compile_schema
+
+if TYPE_CHECKING:
+    import jsonschema
+
+# jsonschema and pydantic are imported where a schema is first checked or built, not at
+# ``import tether``: together they are most of its import time, and a process that only
+# reads a store or prints a run needs neither.
 
 
 class Risk(StrEnum):
@@ -87,6 +93,8 @@ class Manifest:
             raise ConfigurationError(
                 f"tool name {self.name!r} must be letters, digits, '_' or '-' (models need that)"
             )
+        import jsonschema
+
         try:
             jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
         except jsonschema.SchemaError as e:
@@ -144,7 +152,7 @@ class Manifest:
                     "tenant data"
                 )
 
-    @property
+    @cached_property  # asked at every call, by the gate and by the policy
     def tenant_parts(self) -> tuple[str, ...] | None:
         """The tenant's path in the arguments, split; None for a tool not tenant-scoped."""
         return None if self.tenant_path is None else split_path(self.tenant_path)
@@ -180,6 +188,16 @@ class Manifest:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """A tool as a model is shown it: its name, what it does, and the JSON Schema of its
+    arguments. Each model adapter turns these into its provider's wire format."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
 # Given an operation key: the call's result if it happened, None if it did not.
 Reconciler = Callable[[str], Any]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -191,20 +209,31 @@ class Tool:
     handler: Callable[..., Any]
     reconcile: Reconciler | None = None
     takes_operation_key: bool = False
-    validator: jsonschema.Draft202012Validator = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "validator", jsonschema.Draft202012Validator(dict(self.manifest.parameters))
-        )
 
     @property
     def name(self) -> str:
         return self.manifest.name
 
+    # Both made on the first call that needs them and kept: a registry of many tools pays
+    # only for the ones an agent calls.
+    @cached_property
+    def validator(self) -> jsonschema.Draft202012Validator:
+        import jsonschema
+
+        return jsonschema.Draft202012Validator(dict(self.manifest.parameters))
+
+    @cached_property
+    def _proof(self) -> Check | None:
+        return compile_schema(self.manifest.parameters)
+
     def validate(self, arguments: Mapping[str, Any]) -> None:
-        instance = dict(arguments)
-        if self.validator.is_valid(instance):  # the common case, without collecting errors
+        instance = arguments if type(arguments) is dict else dict(arguments)
+        proof = self._proof
+        # The common case: proved valid without jsonschema (tether.validation); anything
+        # not proved, and every error message, is jsonschema's.
+        if proof is not None and proof(instance):
+            return
+        if self.validator.is_valid(instance):  # valid after all, without collecting errors
             return
         problems = [
             f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
@@ -221,7 +250,9 @@ class Tool:
 
 def schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
     """A JSON Schema for ``fn``'s parameters, built by pydantic from its type hints."""
-    hints = get_type_hints(fn)
+    import pydantic
+
+    hints = get_type_hints(fn, include_extras=True)  # keep Annotated[..., Field(...)] bounds
     fields: dict[str, Any] = {}
     for name, param in inspect.signature(fn).parameters.items():
         if name == OPERATION_KEY_PARAMETER:
@@ -363,23 +394,9 @@ class Registry:
     def pins(self) -> dict[str, str]:
         return dict(self._pins)
 
-    def openai_tools(self) -> list[dict[str, Any]]:
-        """Tool definitions in the OpenAI Chat Completions ``tools`` format."""
+    def tool_specs(self) -> list[ToolSpec]:
+        """What a model is shown of each tool, sorted by name; adapters put it on the wire."""
         return [
-            {
-                "type": "function",
-                "function": {
-                    "name": m.name,
-                    "description": m.description,
-                    "parameters": dict(m.parameters),
-                },
-            }
-            for m in self.manifests()
-        ]
-
-    def anthropic_tools(self) -> list[dict[str, Any]]:
-        """Tool definitions in the Anthropic Messages ``tools`` format."""
-        return [
-            {"name": m.name, "description": m.description, "input_schema": dict(m.parameters)}
+            ToolSpec(name=m.name, description=m.description, parameters=m.parameters)
             for m in self.manifests()
         ]

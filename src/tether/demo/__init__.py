@@ -27,7 +27,7 @@ from tether.gate import Result
 from tether.models import Message, ModelToolCall
 from tether.policy import Policy, Principal
 from tether.store.base import Store
-from tether.tools import Registry, Risk
+from tether.tools import Registry, Risk, ToolSpec
 
 WORLD_ENV = "TETHER_DEMO_WORLD"
 
@@ -156,7 +156,7 @@ class SupportModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         self.calls += 1
         user = next((m.content for m in messages if m.role == "user"), "")
         found = _TICKET.search(user)

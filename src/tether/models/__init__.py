@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from tether.tools import ToolSpec
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -67,11 +70,12 @@ class Message:
 
 
 class Model(Protocol):
-    """Anything that answers a conversation with a message, possibly proposing tool calls."""
+    """Anything that answers a conversation with a message, possibly proposing tool calls.
 
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> Message: ...
+    ``tools`` are the registry's ``tool_specs()``; each adapter formats them for its
+    provider."""
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message: ...
 
 
 __all__ = ["Message", "Model", "ModelToolCall", "Role"]

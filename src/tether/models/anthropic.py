@@ -2,13 +2,14 @@
 
 System messages go to the ``system`` parameter, assistant tool calls become ``tool_use``
 blocks and consecutive tool messages become one user message of ``tool_result`` blocks.
-Tools arrive in the OpenAI format (``Registry.openai_tools()``) and are converted. Every SDK
-failure, and any answer that is not a message, is raised as ``ModelError``.
+Tools arrive as ``ToolSpec`` values (``Registry.tool_specs()``) and become ``{name,
+description, input_schema}``. Every SDK failure, and any answer that is not a message, is
+raised as ``ModelError``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 try:
@@ -21,6 +22,7 @@ except ImportError as e:
 from tether.errors import ModelError
 from tether.models import Message, ModelToolCall
 from tether.models.errors import api_message, hint, short
+from tether.tools import ToolSpec
 
 _HINTS = {
     413: "the request is too large; shorten the conversation",
@@ -28,25 +30,12 @@ _HINTS = {
 }
 
 
-def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI-format tool definitions as Anthropic ``{name, description, input_schema}``;
-    definitions already in the Anthropic format pass through."""
-    converted: list[dict[str, Any]] = []
-    for tool in tools:
-        if "input_schema" in tool:
-            converted.append(dict(tool))
-            continue
-        function = tool.get("function", tool)
-        converted.append(
-            {
-                "name": function["name"],
-                "description": function.get("description", ""),
-                "input_schema": dict(
-                    function.get("parameters") or {"type": "object", "properties": {}}
-                ),
-            }
-        )
-    return converted
+def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs in the Messages API ``tools`` format."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in tools
+    ]
 
 
 def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -120,7 +109,7 @@ class AnthropicModel:
         if self._owns_client:
             self.client.close()
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         system, wire = to_anthropic_messages(messages)
         kwargs: dict[str, Any] = dict(self.create_kwargs)
         if system:

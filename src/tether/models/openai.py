@@ -9,7 +9,7 @@ SDK failure, and any answer that is not a chat completion, is raised as ``ModelE
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 try:
@@ -22,6 +22,7 @@ except ImportError as e:
 from tether.errors import ModelError
 from tether.models import Message, ModelToolCall
 from tether.models.errors import api_message, hint, short
+from tether.tools import ToolSpec
 
 _HINTS = {409: "try again", 422: "check the messages, tools and parameters sent"}
 
@@ -70,6 +71,21 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return wire
 
 
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs in the Chat Completions ``tools`` format."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+            },
+        }
+        for t in tools
+    ]
+
+
 class OpenAIChatModel:
     """Answers with ``client.chat.completions.create``; ``create_kwargs`` go to every call
     (``temperature=0``, ``max_completion_tokens=...``)."""
@@ -95,10 +111,10 @@ class OpenAIChatModel:
         if self._owns_client:
             self.client.close()
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         kwargs: dict[str, Any] = dict(self.create_kwargs)
         if tools:
-            kwargs["tools"] = [dict(t) for t in tools]
+            kwargs["tools"] = to_openai_tools(tools)
         try:
             completion: object = self.client.chat.completions.create(
                 model=self.model,
@@ -161,4 +177,4 @@ class OpenAIChatModel:
         return ModelToolCall(id=call_id, name=name, arguments=arguments, parse_error=error)
 
 
-__all__ = ["OpenAIChatModel", "to_openai_messages"]
+__all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tether.errors import ConfigurationError
 from tether.models import Message, ModelToolCall
+
+if TYPE_CHECKING:
+    from tether.tools import ToolSpec
 
 Turn = str | Sequence[ModelToolCall] | Message
 
@@ -28,7 +31,7 @@ class ScriptedModel:
         # to one list, so counting only the new tail keeps a long run's turns O(1).
         self._seen: tuple[Sequence[Message], int, int] | None = None
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         index = self._assistant_turns(messages)
         if index >= len(self._turns):
             raise ConfigurationError(
