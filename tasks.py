@@ -61,10 +61,12 @@ def test(args: list[str]) -> None:
 
 
 def quick(args: list[str]) -> None:
-    """The fast subset (well under a minute): the pure rules and the in-memory and SQLite
-    paths, no PostgreSQL, no subprocesses killed, no randomised chaos."""
+    """The fast subset (under a minute): the pure rules, the gate, the stores, the audit and
+    the runs, on memory and SQLite; no PostgreSQL, no command-line subprocesses, no crash
+    trials. ``test`` runs everything."""
     ensure_venv()
-    sh(BIN / "python", "-m", "pytest", "-q", "-m", "not slow and not postgres", *args)
+    dirs = ["tests/unit", "tests/gate", "tests/store", "tests/audit", "tests/runs"]
+    sh(BIN / "python", "-m", "pytest", "-q", "-m", "not slow and not postgres", *dirs, *args)
 
 
 def bench(args: list[str]) -> None:

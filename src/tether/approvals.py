@@ -69,7 +69,7 @@ def _call_digest(b: CallBinding, argument_digest: str) -> str:
     try:
         # Canonical JSON of the dict below, spelt out (keys in sorted order, each value
         # encoded as json encodes a string): it skips building and sorting a dict.
-        # tests/test_approvals.py checks it against digest() of the dict.
+        # tests/unit/test_approvals.py checks it against digest() of the dict.
         text = (
             f'{{"actor":{e(b.actor)},"argument_digest":{e(argument_digest)},'
             f'"call_id":{e(b.call_id)},"run_id":{e(b.run_id)},"tenant":{e(b.tenant)},'

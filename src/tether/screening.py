@@ -44,7 +44,7 @@ def normalize(text: str) -> str:
 # case-insensitive with no literal prefix for the regex engine to skip ahead with, so it
 # tries every alternative at every position: a few microseconds for a short string. Looking
 # for these first answers most strings in a fraction of that, and a string that has one
-# still goes through the pattern. tests/test_screening.py checks the list against the pattern.
+# still goes through the pattern. tests/unit/test_screening.py checks the list against the pattern.
 INJECTION_ANCHORS = (
     *("ignore", "forget", "disregard", "you are now", "act as", "jailbreak", "bypass"),
     *("override", "system", "</s>", "###", "<|im_", "assistant", "inst"),
@@ -155,7 +155,7 @@ CREDENTIAL_PATTERN = re.compile(
     r"|tth_[A-Za-z0-9_\-]{20,})"  # tether's own approver and principal credentials
 )
 # No text shorter than this can match CREDENTIAL_PATTERN (its shortest alternative is
-# ``xox?-`` and ten more characters; tests/test_screening.py derives it from the pattern), so
+# ``xox?-`` and ten more characters; tests/unit/test_screening.py derives it from the pattern), so
 # shorter strings, which most argument values are, skip the search.
 CREDENTIAL_MIN_LENGTH = 15
 # Field names that hold secrets whatever their value looks like.

@@ -9,7 +9,7 @@ not sure" and the caller asks jsonschema, which has the last word and writes the
 messages. A schema with any other keyword (``$ref``, ``oneOf``, ``patternProperties``...)
 is not compiled at all. So the predicate may only ever be stricter than jsonschema: every
 check below accepts a subset of what the keyword's jsonschema implementation accepts
-(tests/test_validation.py compares the two on generated instances).
+(tests/unit/test_validation.py compares the two on generated instances).
 """
 
 from __future__ import annotations

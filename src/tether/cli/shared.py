@@ -23,7 +23,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 Kind = Literal["approver", "principal"]
 
 # The values of RunStatus, ApprovalStatus and EffectStatus, spelled out so that building the
-# options does not import the modules that define them (tests/test_cli_shape.py checks that
+# options does not import the modules that define them (tests/cli/test_cli_shape.py checks that
 # they still match).
 RUN_STATUSES = (
     "queued",

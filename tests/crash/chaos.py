@@ -8,9 +8,9 @@ child with ``TETHER_CRASH_AT`` armed, so the child dies by SIGKILL; then it reco
 approves in fresh children until the run completes, and checks against the ticket service's
 own ``calls`` table that no side effect happened twice and none was lost.
 
-    .venv/bin/python -m tests.chaos --trials 2000 [--seed N]
+    .venv/bin/python -m tests.crash.chaos --trials 2000 [--seed N]
 
-The test suite runs a shorter series (tests/test_chaos.py).
+The test suite runs a shorter series (tests/crash/test_chaos.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.store_contract import StoreContract
+from tests.store.store_contract import StoreContract
 from tether.store import MemoryStore, Store
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
-from tests.test_recovery import _one_write_app, approve_all, closed_run
-from tests.test_runs import (
+from tests.runs.test_recovery import _one_write_app, approve_all, closed_run
+from tests.runs.test_runs import (
     REVIEWER,
     USER,
     Crash,

@@ -1,6 +1,6 @@
 """The command line's shape: what it imports to start, that human and JSON output stay apart,
 tables, validated options, ``runs cancel`` and ``runs show --follow``. Every command runs as
-a real subprocess on a real SQLite file (tests.test_run_cli.Cli)."""
+a real subprocess on a real SQLite file (tests.cli.test_run_cli.Cli)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.test_run_cli import APP, Cli, assert_one_line_error
+from tests.cli.test_run_cli import APP, Cli, assert_one_line_error
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
+SRC = Path(__file__).resolve().parents[2] / "src" / "tether"
 CLI_MODULES = [*sorted((SRC / "cli").glob("*.py")), SRC / "cli_common.py"]
 
 

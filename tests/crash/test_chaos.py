@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos import Trial, run_trial, run_trials, summary
+from tests.crash.chaos import Trial, run_trial, run_trials, summary
 from tether.crash import POINTS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = "tether.demo:support"
 
 

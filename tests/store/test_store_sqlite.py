@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store_contract import StoreContract, run_record
+from tests.store.store_contract import StoreContract, run_record
 from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
 from tether.store import SQLiteStore, Store, migrations, open_store
 from tether.store.sqlite import MIGRATIONS, SQLITE

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.store_contract import approval, effect, run_record
+from tests.store.store_contract import approval, effect, run_record
 from tether.approvals import Approval, ApprovalStatus
 from tether.digest import canonical_json, sha256_hex
 from tether.evidence import APPROVAL_COLUMNS, EFFECT_COLUMNS, approval_digest, effect_digest

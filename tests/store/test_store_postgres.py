@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.pg import schema_url
-from tests.store_contract import StoreContract
+from tests.store.store_contract import StoreContract
 from tether.errors import ReadOnlyStore, StoreError, StoreMissing
 from tether.store import Store, open_store
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_evidence import populate
+from tests.audit.test_evidence import populate
 from tether.store import open_store
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_run_cli import APP, Cli, assert_one_line_error
+from tests.cli.test_run_cli import APP, Cli, assert_one_line_error
 
 
 @pytest.fixture

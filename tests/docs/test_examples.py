@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT_S = 120
 REAL_MODEL = "real_model_quickstart.py"
 

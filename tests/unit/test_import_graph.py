@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
+SRC = Path(__file__).resolve().parents[2] / "src" / "tether"
 # Built on the core; nothing in the core may import them at load time.
 OUTER = (
     "tether.__main__",
