@@ -84,7 +84,8 @@ def main() -> None:
             one = tx.call_view("run-1", "call-7")
             assert one == Tx.call_view(tx, "run-1", "call-7")  # the same answer both ways
             assert one.approval is not None and one.approval.approval_id == "apr-2"
-            four_calls, one_statement = [], []
+            four_calls: list[float] = []
+            one_statement: list[float] = []
             for _ in range(args.rounds):
                 for times, read in (
                     (four_calls, lambda: Tx.call_view(tx, "run-1", "call-7")),

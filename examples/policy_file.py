@@ -52,7 +52,7 @@ clerk = Principal(
 intern = Principal(subject="intern-9", tenant="acme", scopes=frozenset({"orders:read"}))
 order = {"tenant": "acme", "order_id": "A-1"}
 
-cases = [
+cases: list[tuple[str, Principal, str, dict[str, Any]]] = [
     ("a read", clerk, "read_order", order),
     ("a small refund", clerk, "refund", {**order, "amount": 40, "currency": "EUR"}),
     ("a large refund", clerk, "refund", {**order, "amount": 5000, "currency": "EUR"}),

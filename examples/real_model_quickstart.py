@@ -31,22 +31,22 @@ def models() -> dict[str, Model]:
 
         from tether.models.openai import OpenAIChatModel
 
-        client = openai.OpenAI(
+        openai_client = openai.OpenAI(
             api_key=os.environ["OPENAI_API_KEY"], base_url=os.environ.get("OPENAI_BASE_URL")
         )
         found["openai"] = OpenAIChatModel(
-            os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), client=client
+            os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), client=openai_client
         )
     if os.environ.get("ANTHROPIC_API_KEY"):
         import anthropic
 
         from tether.models.anthropic import AnthropicModel
 
-        client = anthropic.Anthropic(
+        anthropic_client = anthropic.Anthropic(
             api_key=os.environ["ANTHROPIC_API_KEY"], base_url=os.environ.get("ANTHROPIC_BASE_URL")
         )
         name = os.environ.get("ANTHROPIC_MODEL", "claude-3-5-haiku-latest")
-        found["anthropic"] = AnthropicModel(name, client=client)
+        found["anthropic"] = AnthropicModel(name, client=anthropic_client)
     return found
 
 

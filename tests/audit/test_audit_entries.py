@@ -19,7 +19,7 @@ from tether.digest import canonical_json
 from tether.keys import AuditKeys
 from tether.store import open_store
 
-text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 scalars = (
     st.none()
     | st.booleans()

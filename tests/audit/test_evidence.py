@@ -26,13 +26,14 @@ from hypothesis import strategies as st
 
 from tests.pg import schema_url
 from tether.audit import MAIN, AuditHead, make_entry
-from tether.checkpoint import (
+from tether.checkpoint import create_checkpoint, parse_checkpoint, verify_checkpoint
+from tether.errors import (
+    ApprovalRequired,
+    AuditKeyMissing,
     CheckpointUnreadable,
-    create_checkpoint,
-    parse_checkpoint,
-    verify_checkpoint,
+    ConfigurationError,
+    StoreMissing,
 )
-from tether.errors import ApprovalRequired, AuditKeyMissing, ConfigurationError, StoreMissing
 from tether.gate import Gate, ToolCall
 from tether.keys import AuditKeys
 from tether.policy import Policy, Principal
@@ -232,7 +233,8 @@ def _first_approval(raw: Raw) -> str:
     return str(raw.run("SELECT approval_id FROM approvals ORDER BY created_at")[0][0])
 
 
-ROW_ATTACKS: dict[str, Callable[[Raw], None]] = {
+# Each attack edits the rows behind tether's back; what raw.run returns is not used.
+ROW_ATTACKS: dict[str, Callable[[Raw], object]] = {
     "effect edited": lambda raw: raw.run(
         "UPDATE agent_effects SET status = 'failed' WHERE operation_key = ?", (_first_effect(raw),)
     ),

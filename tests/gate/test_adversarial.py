@@ -41,6 +41,7 @@ from tether.errors import (
 )
 from tether.gate import Gate, ToolCall
 from tether.ledger import EffectStatus
+from tether.planner import Outcome
 from tether.policy import Policy, Principal
 from tether.store import MemoryStore, SQLiteStore, Store
 from tether.tools import Manifest, Registry, Risk
@@ -81,7 +82,7 @@ MANIFESTS: dict[str, Manifest] = {
             description="move money",
             tenant_path="tenant",
         ),
-        Manifest(name="wipe", parameters=obj({"target": STR}, ("target",)), risk="irreversible"),
+        Manifest(name="wipe", parameters=obj({"target": STR}, ("target",)), risk=Risk.IRREVERSIBLE),
         Manifest(
             name="pay",
             parameters=obj({"card_number": STR, "amount": INT, "note": STR}, ("card_number",)),
@@ -124,7 +125,9 @@ class Env:
     def run(self, principal: Principal = REQUESTER, **kwargs: Any) -> str:
         return self.gate.start_run(principal, **kwargs)
 
-    def call(self, run_id: str, call_id: str, tool: str, version: str | None = None, **args: Any):
+    def call(
+        self, run_id: str, call_id: str, tool: str, version: str | None = None, **args: Any
+    ) -> Outcome:
         return self.gate.call(
             run_id, ToolCall(call_id=call_id, tool=tool, arguments=args, tool_version=version)
         )
@@ -257,7 +260,7 @@ def test_forged_arguments_in_approved_row_do_not_authorise_other_arguments(env: 
     run = env.run()
     aid = env.request(run, "c1", "transfer", account_id="acc-1", amount=10)
     env.gate.approve(aid, "alice")
-    evil = {"account_id": "acc-666", "amount": 5000}
+    evil: dict[str, Any] = {"account_id": "acc-666", "amount": 5000}
     tamper_approval(env.store, aid, arguments=evil, argument_digest=digest(evil))
     with pytest.raises(ApprovalInvalid, match="differ"):
         env.call(run, "c1", "transfer", **evil)
@@ -456,6 +459,7 @@ def test_approver_removed_from_policy_before_dispatch(env: Env) -> None:
     run = env.run()
     aid = env.request(run, "c1", "transfer", account_id="acc-1", amount=10)
     env.gate.approve(aid, "alice")
+    assert env.gate.policy is not None
     env.gate.policy = replace(env.gate.policy, approvers=frozenset({"bob"}))  # same version
     with pytest.raises(ApproverNotAuthorized):
         env.call(run, "c1", "transfer", account_id="acc-1", amount=10)

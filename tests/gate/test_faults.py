@@ -248,8 +248,7 @@ def test_tool_slower_than_its_timeout_is_unknown_not_failed(store: Store) -> Non
         gate.call(run_id, ToolCall(call_id="c1", tool=TOOL, arguments={"n": 1}))
     assert time.monotonic() - started < 0.9, "the gate waited for the tool past its timeout"
     effect = the_effect(store, run_id, "c1")
-    assert effect.status is EffectStatus.UNKNOWN
-    assert effect.status is not EffectStatus.FAILED
+    assert effect.status is EffectStatus.UNKNOWN  # not FAILED: the tool may yet finish
     assert_audit_intact(store)
     # The retry does not start the tool again, even though the first run is still going.
     with pytest.raises(OutcomeUnknown):

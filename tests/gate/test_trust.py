@@ -229,7 +229,7 @@ def test_a_tool_with_a_tenant_argument_must_say_where_the_tenant_is() -> None:
         Manifest(name="x", parameters={"type": "object"}, tenant_path="tenant")
 
 
-def tenant_tools(registry: Registry, seen: list[Any]) -> None:
+def tenant_tools(registry: Registry, seen: list[str | None]) -> None:
     @registry.tool(risk=Risk.READ, tenant_path="tenant_id")
     def report(tenant_id: str = "globex") -> str:
         """Read a tenant's report; its default belongs to someone else."""
@@ -254,7 +254,8 @@ def tenant_tools(registry: Registry, seen: list[Any]) -> None:
 def test_another_tenant_is_denied_wherever_the_manifest_puts_it(
     store: Store, tool: str, arguments: dict[str, Any]
 ) -> None:
-    registry, seen = Registry(), []
+    registry = Registry()
+    seen: list[str | None] = []
     tenant_tools(registry, seen)
     gate = Gate(registry, POLICY, store)
     run = gate.start_run(USER)
@@ -265,7 +266,8 @@ def test_another_tenant_is_denied_wherever_the_manifest_puts_it(
 
 
 def test_a_missing_tenant_is_the_principals_never_the_tools_default(store: Store) -> None:
-    registry, seen = Registry(), []
+    registry = Registry()
+    seen: list[str | None] = []
     tenant_tools(registry, seen)
     gate = Gate(registry, POLICY, store)
     run = gate.start_run(USER)
@@ -347,7 +349,7 @@ class Broken:
 def test_a_bug_fails_the_run_with_its_reason_instead_of_wedging_it(store: Store) -> None:
     registry = Registry()
     counting(registry)
-    runner = Runner(Gate(registry, POLICY, store), Broken())  # type: ignore[arg-type]
+    runner = Runner(Gate(registry, POLICY, store), Broken())
     with pytest.raises(RunStateError, match="internal error") as info:
         runner.start("go", USER)
     (run,) = store.list_runs()

@@ -235,7 +235,8 @@ def test_a_rollback_says_how_to_continue_and_a_rolled_back_run_says_so(
     second = rollback(gate, run_id)
     assert second.complete and second.next is None
     done = load_result(backend.store, run_id)
-    assert done.status == RunStatus.ROLLED_BACK == "rolled_back"
+    assert done.status == RunStatus.ROLLED_BACK
+    assert RunStatus.ROLLED_BACK.value == "rolled_back"  # the name the CLI and the rows use
     assert RunStatus.ROLLED_BACK.finished
     [rolled] = step_details(done, "rolled_back")
     assert second.compensated[0] in rolled

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -143,7 +143,7 @@ class Env:
 
 
 @pytest.fixture
-def env(backend: Backend, tmp_path: Path) -> Iterator[Env]:
+def env(backend: Backend, tmp_path: Path) -> Env:
     return Env(kind=backend.kind, tmp_path=tmp_path, store=backend.store, backend=backend)
 
 
@@ -495,7 +495,7 @@ def test_parallel_decisions_are_matched_to_their_calls_not_positions(
     by_call = {a.call_id: a.approval_id for a in env.store.list_approvals(run_id=result.run_id)}
     assert sorted(by_call.values()) == sorted(result.approvals)
     denied = "c-2" if approved == "c-1" else "c-1"
-    decisions = [
+    decisions: list[Callable[[], object]] = [
         lambda: gate.approve(by_call[approved], REVIEWER),
         lambda: gate.deny(by_call[denied], REVIEWER, reason="wrong ticket"),
     ]

@@ -85,7 +85,9 @@ def test_data_survives_reopen(tmp_path: Path) -> None:
         ("sqlite:///x.db", "SQLiteStore"),
     ],
 )
-def test_open_store_by_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, kind: str):
+def test_open_store_by_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, kind: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert type(open_store(url)).__name__ == kind
 

@@ -256,7 +256,7 @@ def mutations(draw: st.DrawFn) -> tuple[list[AuditEntry], AuditHead | None, Muta
     if kind == "insert":
         # Appending after the last entry is checked separately below.
         i = draw(st.integers(0, n - 1))
-        spec = {**draw(entry_specs), "kind": "forged"}
+        spec: dict[str, Any] = {**draw(entry_specs), "kind": "forged"}
         forged = make_entry(head_after(entries, i), **spec)
         return entries, head, Mutation(kind, [*entries[:i], forged, *entries[i:]], i + 1)
     if kind == "swap":

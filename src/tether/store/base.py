@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from tether import keys as keyring
 from tether.approvals import Approval, ApprovalStatus
@@ -586,7 +586,7 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional for backends with nothing to release
         """Release connections; the store must not be used afterwards."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:  # a `with SQLiteStore(...)` keeps its own type
         return self
 
     def __exit__(self, *exc: object) -> None:
