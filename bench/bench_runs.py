@@ -43,7 +43,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.runs import Runner
 from tether.store.sqlite import SQLiteStore
+from tether.tools import ToolSpec
 
 
 def lookup(i: int) -> dict[str, Any]:
@@ -137,7 +138,7 @@ class TimedModel:
         self.inner = inner
         self.clock = clock
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         self.clock.tick()
         t = time.perf_counter()
         reply = self.inner.complete(messages, tools)

@@ -8,7 +8,7 @@ like), drives each under a lease and stops when idle. Run it with
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from tether import (
     Worker,
     open_store,
 )
+from tether.tools import ToolSpec
 
 closed: Counter[str] = Counter()  # the outside system: how often each ticket was closed
 lock = threading.Lock()  # the worker drives runs on several threads
@@ -42,7 +43,7 @@ class CloseModel:
     """A model of our own (anything with `complete`): close the ticket named in the user's
     message, then say so. It decides from the conversation alone, so any worker can resume."""
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         ticket = next(m.content for m in messages if m.role == "user").split()[-1]
         if not any(m.role == "tool" for m in messages):
             call = ModelToolCall(id="close", name="close_ticket", arguments={"ticket_id": ticket})

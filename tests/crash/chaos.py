@@ -41,7 +41,7 @@ from tether.models import Message, ModelToolCall
 from tether.policy import Policy, Principal, ToolRule, Verdict
 from tether.recovery import recover
 from tether.store import SQLiteStore
-from tether.tools import Registry, Risk
+from tether.tools import Registry, Risk, ToolSpec
 
 TICKETS = ("T-1", "T-2", "T-3")
 FAULTS = ("none", "none", "raise", "timeout", "slow", "lock")
@@ -103,7 +103,7 @@ class BatchModel:
     """Closes T-1 and T-2 in one turn (parallel calls), then T-3 (which needs approval),
     then answers. Decides from the conversation alone, so any process can resume it."""
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Message:
+    def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
         turns = sum(1 for m in messages if m.role == "assistant")
         if turns == 0:
             return _calls(

@@ -206,7 +206,7 @@ def test_register_explicit_manifest_and_validate_arguments() -> None:
         name="get_ticket",
         version="7",
         server_id="support-read",
-        risk="sensitive_read",
+        risk=Risk.SENSITIVE_READ,
         required_scope="ticket:read",
         allowed_tenants=frozenset({"acme"}),
         parameters={
@@ -326,9 +326,11 @@ def test_pinned_manifest_drift_is_refused() -> None:
 
 def _tier_manifest(risk: str, *, tenant: bool = False, **kw: Any) -> Manifest:
     if not tenant:
-        return Manifest(name=f"t_{risk}", parameters={"type": "object"}, risk=risk, **kw)
+        return Manifest(name=f"t_{risk}", parameters={"type": "object"}, risk=Risk(risk), **kw)
     schema = {"type": "object", "properties": {"tenant": {"type": "string"}}}
-    return Manifest(name=f"t_{risk}", parameters=schema, risk=risk, tenant_path="tenant", **kw)
+    return Manifest(
+        name=f"t_{risk}", parameters=schema, risk=Risk(risk), tenant_path="tenant", **kw
+    )
 
 
 @pytest.mark.parametrize(
@@ -397,7 +399,7 @@ value = "ORD-[0-9]+"
 
 
 def _refund() -> Manifest:
-    return Manifest(name="refund", parameters={"type": "object"}, risk="write")
+    return Manifest(name="refund", parameters={"type": "object"}, risk=Risk.WRITE)
 
 
 def test_policy_from_toml_tiers_tool_overrides_and_approvers(tmp_path: Path) -> None:
