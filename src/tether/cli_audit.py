@@ -103,11 +103,19 @@ def audit_checkpoint(db: str, out: Path | None) -> None:
 
 @audit.command("head")
 @DB_OPTION
-def audit_head(db: str) -> None:
+@JSON_OPTION
+def audit_head(db: str, as_json: bool) -> None:
     """Print each chain's head (`tether audit checkpoint` prints the same, signed)."""
     with open_cli_store(db, create=False, read_only=True) as store:
         heads = store.audit_heads()
-    click.echo(json.dumps({c: {"seq": h.seq, "hash": h.hash} for c, h in sorted(heads.items())}))
+    if as_json:
+        shown = {c: {"seq": h.seq, "hash": h.hash} for c, h in sorted(heads.items())}
+        click.echo(json.dumps(shown, separators=(",", ":")))
+        return
+    if not heads:
+        click.echo("the audit log is empty", err=True)
+    for chain, head in sorted(heads.items()):
+        click.echo(f"{chain}  seq {head.seq}  {head.hash}")
 
 
 @audit.command("log")

@@ -99,3 +99,18 @@ def test_it_reads_a_read_only_store_in_a_read_only_folder(db: str, tmp_path: Pat
         assert len(json.loads(out.stdout)) == len(_kinds(db))
     finally:
         path.parent.chmod(0o755)
+
+
+def test_audit_head_is_for_humans_unless_json_is_asked(db: str, tmp_path: Path) -> None:
+    with open_store(db, create=False, read_only=True) as store:
+        heads = store.audit_heads()
+    human = _tether("audit", "head", "--db", db, cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert not any(line.lstrip().startswith("{") for line in human.stdout.splitlines())
+    for chain, head in heads.items():
+        assert f"{chain}  seq {head.seq}  {head.hash}" in human.stdout
+    machine = _tether("audit", "head", "--db", db, "--json", cwd=tmp_path)
+    assert machine.stdout.count("\n") == 1
+    assert json.loads(machine.stdout) == {
+        c: {"seq": h.seq, "hash": h.hash} for c, h in heads.items()
+    }
