@@ -49,3 +49,27 @@ def test_every_error_is_a_documented_tether_error() -> None:
         assert _written_doc(cls), f"tether.errors.{cls.__name__} has no docstring"
         signal = issubclass(cls, tether.errors.Signal)
         assert signal or issubclass(cls, tether.TetherError), cls
+
+
+def test_importing_tether_loads_nothing_until_a_name_is_used() -> None:
+    # `import tether` (and so every `tether` command) must not pay for the whole core: the
+    # names load on first use. A fresh interpreter, since this one has loaded everything.
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, tether; print(sorted(m for m in sys.modules if m.startswith('tether')));"
+        "tether.Gate; print('tether.gate' in sys.modules, 'tether.cli' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out[0] == "['tether']"
+    assert out[1] == "True False"  # using a name loads its module, and only the core
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = tether.Nope
