@@ -255,22 +255,19 @@ class AuditKeys:
 NO_KEYS = AuditKeys.empty("the store's audit keyring has not been found yet")
 
 
-_Pads = tuple["hashlib._Hash", "hashlib._Hash"]
+_Pads = hmac.HMAC
 
 
 def _pads(secret: bytes) -> _Pads:
-    """HMAC-SHA256's keyed inner and outer states (RFC 2104), before any message."""
-    block = secret.ljust(64, b"\0")  # secrets are at most SHA-256's 64-byte block
-    inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
-    outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
-    return inner, outer
+    """The key's HMAC-SHA256 state before any message: each MAC copies it rather than
+    deriving the key's inner and outer pads again."""
+    return hmac.new(secret, digestmod=hashlib.sha256)
 
 
 def _hmac(pads: _Pads, text: str) -> str:
-    inner, outer = pads[0].copy(), pads[1].copy()
-    inner.update(text.encode())
-    outer.update(inner.digest())
-    return outer.hexdigest()
+    h = pads.copy()
+    h.update(text.encode())
+    return h.hexdigest()
 
 
 def _sealed_text(purpose: str, value: Any) -> str:
