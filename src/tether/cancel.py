@@ -5,9 +5,10 @@ pending for it is closed (``expired``: it can never be used, and nobody should s
 deciding it), and the audit log records the cancellation and each closed approval. A crash
 leaves all of it or none.
 
-A run being driven right now loses its lease with the cancellation: the driver's next write
-fails its lease check and it stops. A tool call it had already sent on its way still
-finishes (no one can unsend it); its effect is in the ledger like any other.
+A run being driven right now loses its lease with the cancellation: the gate refuses every
+call of a cancelled run (``tether.planner``, step 0) and the driver's next write sees the
+run finished and stops. A tool call already sent on its way still finishes (no one can
+unsend it); its effect is in the ledger like any other.
 """
 
 from __future__ import annotations

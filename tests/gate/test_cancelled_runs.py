@@ -1,0 +1,56 @@
+"""A cancelled run never dispatches again: the gate refuses its calls, on every store, and
+the refusal is audited with the log still intact."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Backend
+from tether.approvals import ApprovalStatus
+from tether.cancel import cancel_run
+from tether.errors import ApprovalRequired, RunStateError
+from tether.gate import Gate, ToolCall
+from tether.policy import Policy, Principal
+from tether.tools import Registry, Risk
+
+
+def test_the_gate_refuses_every_call_of_a_cancelled_run(backend: Backend) -> None:
+    sent: list[str] = []
+    registry = Registry()
+
+    @registry.tool(risk=Risk.WRITE)
+    def close_ticket(ticket_id: str) -> str:
+        """Close a ticket."""
+        sent.append(ticket_id)
+        return "closed"
+
+    @registry.tool(risk=Risk.READ)
+    def read_ticket(ticket_id: str) -> str:
+        """Read a ticket."""
+        sent.append("read " + ticket_id)
+        return "open"
+
+    gate = Gate(registry, Policy(version="p1", approvers=frozenset({"reviewer"})), backend.store)
+    run_id = gate.start_run(Principal(subject="agent", tenant="acme"))
+    write = ToolCall(call_id="c1", tool="close_ticket", arguments={"ticket_id": "T-1"})
+    with pytest.raises(ApprovalRequired) as asked:
+        gate.call(run_id, write)
+
+    cancel_run(backend.store, run_id, actor="operator", reason="wrong customer")
+    closed = backend.store.list_approvals(run_id=run_id)
+    assert [a.status for a in closed] == [ApprovalStatus.EXPIRED]
+    with pytest.raises(Exception, match="approv"):  # the closed request can no longer be decided
+        gate.approve(asked.value.approval_id, "reviewer")
+
+    # Another connection, as a worker in another process would have.
+    other = Gate(registry, gate.policy, backend.open())
+    for call in (write, ToolCall(call_id="c2", tool="read_ticket", arguments={"ticket_id": "T-1"})):
+        with pytest.raises(RunStateError, match="cancelled"):
+            other.call(run_id, call)
+    assert sent == []
+    assert backend.store.list_effects(run_id) == []
+    report = backend.store.verify_audit()
+    assert report.intact, report
+    kinds = [e.kind for e in backend.store.audit_entries() if e.run_id == run_id]
+    assert kinds.count("call_refused") == 2
+    assert "run_cancelled" in kinds
