@@ -78,6 +78,7 @@ def bench(args: list[str]) -> None:
         "bench_recovery.py",
         "bench_pg.py",
         "bench_call_view.py",
+        "bench_verify.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():
