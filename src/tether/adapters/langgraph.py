@@ -475,8 +475,12 @@ class GovernedToolNode:
         self.governor = Governor(gate, principal, approver=approver, budget=budget)
         self.messages_key = messages_key
 
-    def __call__(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        message, open_calls = _open_calls(state.get(self.messages_key) or [])
+    def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        # Any graph state with a messages list: a TypedDict, MessagesState, a dict.
+        messages = state.get(self.messages_key) if isinstance(state, Mapping) else None
+        if messages is None:
+            messages = getattr(state, self.messages_key, None) or []
+        message, open_calls = _open_calls(messages)
         if message is None or not open_calls:
             return {self.messages_key: []}
         run_id = self.governor.run_for(config)
