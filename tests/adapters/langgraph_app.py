@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,14 @@ class App:
 
 
 @contextmanager
-def app(directory: Path, approver: Identity | str | None = None) -> Iterator[App]:
+def app(
+    directory: Path,
+    approver: Identity | str | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[App]:
     store = SQLiteStore(f"sqlite:///{directory / 'tether.db'}")
-    gate = Gate(registry(directory), POLICY, store)
+    gate = Gate(registry(directory), POLICY, store, clock=clock)
     builder = StateGraph(MessagesState)
     builder.add_node("model", proposing)
     builder.add_node("tools", GovernedToolNode(gate, PRINCIPAL, approver=approver))
