@@ -25,6 +25,13 @@ REAL_MODEL = "real_model_quickstart.py"
 
 # What each offline example must print: the lines that show it did what it says.
 EXPECTED: dict[str, tuple[str, ...]] = {
+    "langgraph_governed_tools.py": (
+        "paused: delete_file({'path': 'old.log'}) needs apr-",
+        "resumed: Done. (1 deletion)",
+        "resumed again: tool results replayed=[True, True]",
+        "audit intact:",
+        '{"executions": 1, "expected": 1,',
+    ),
     "own_tools.py": (
         ": completed -> 'Saved.'",
         ":call-2:save_note:1  committed",

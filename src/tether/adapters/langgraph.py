@@ -1,0 +1,536 @@
+"""LangChain 1.x and LangGraph under tether's gate: every tool call an agent makes passes it.
+
+Two ways in, one translation (``Governor``):
+
+- ``GovernedToolNode``, the tool node of a hand-built ``StateGraph``;
+- ``TetherMiddleware``, for ``langchain.agents.create_agent``: the governed replacement for
+  ``HumanInTheLoopMiddleware``.
+
+A LangGraph thread is a tether run (``run_id_for(thread_id)``), and each tool call is judged
+with the model's own tool call id as its call id. That identity survives LangGraph's own
+replays: LangGraph re-executes an interrupted node from its start when it resumes, so every
+call of the node is proposed again, and the gate answers a call that already ran from its
+ledger (never running it twice) while a sibling that needed no approval keeps its result.
+
+A call that needs approval pauses the graph with one ``interrupt()`` per node, whose value
+lists each pending call (approval id, tool, arguments, digest, reasons, expiry). The graph
+resumes with ``Command(resume={approval_id: decision, ...})``, decisions keyed by approval id:
+``{"type": "approve"}``, ``{"type": "deny", "message": "..."}`` or ``{"type": "edit",
+"arguments": {...}}``. A decision is only a request: it is recorded through tether by the
+configured approver's ``Identity``, and the call runs only if tether then holds a grant bound
+to that exact call. A decision made outside the graph (``tether approvals approve``, another
+process, hours later) is found when the graph resumes, whatever the resume value. A resume
+value that cannot be applied (decisions by position, an unknown approval id, a decision
+contradicting one already recorded, a pending call left undecided) is refused before anything
+runs, and LangGraph keeps the pause open to be answered again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.tools.tool_node import ToolCallRequest
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import ToolCall as LangChainToolCall
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
+from pydantic import AfterValidator
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.budget import Budget
+from tether.decisions import as_approver, check_identity
+from tether.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    ApprovalStateError,
+    BudgetExceeded,
+    ConfigurationError,
+    Denied,
+    InternalError,
+    InvalidArguments,
+    OperationConflict,
+    StoreError,
+    ToolFailed,
+)
+from tether.gate import Gate, ToolCall
+from tether.identity import Identity
+from tether.policy import Principal, decide
+from tether.screening import redact, screen_arguments
+from tether.state import RunState
+from tether.tools import Registry
+
+__all__ = [
+    "DECISION_TYPES",
+    "GovernedToolNode",
+    "Governor",
+    "TetherMiddleware",
+    "langchain_tools",
+    "run_id_for",
+]
+
+RUN_PREFIX = "langgraph-"
+DECISION_TYPES = ("approve", "deny", "edit")
+RESUME_HINT = (
+    "resume with Command(resume={approval_id: decision}), one decision per pending approval: "
+    "{'type': 'approve'}, {'type': 'deny', 'message': '...'} or "
+    "{'type': 'edit', 'arguments': {...}}"
+)
+# The errors a call's refusal raises that the model should read (and may recover from); an
+# unknown outcome is not among them: the graph stops until the effect is settled.
+_REFUSALS = (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed)
+
+
+def run_id_for(thread_id: str) -> str:
+    """The tether run of a LangGraph thread: the same in every process that resumes it."""
+    return RUN_PREFIX + thread_id
+
+
+def thread_of(config: RunnableConfig | Mapping[str, Any] | None) -> str:
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    if thread is None or str(thread) == "":
+        raise ConfigurationError(
+            "a governed graph needs a thread: compile it with a checkpointer and invoke it "
+            'with config={"configurable": {"thread_id": "..."}}'
+        )
+    return str(thread)
+
+
+def langchain_tools(registry: Registry) -> list[BaseTool]:
+    """LangChain tools describing each tool in ``registry`` (name, description, JSON Schema),
+    to bind to a model or hand to ``create_agent``. Calling one directly is refused: the tool
+    runs only through the gate (``GovernedToolNode``, ``TetherMiddleware``)."""
+
+    def refuse(name: str) -> Any:
+        def ungoverned(**_: Any) -> Any:
+            raise Denied(
+                f"tool '{name}' is governed by tether and runs only through its gate; add "
+                "TetherMiddleware to the agent or route tool calls to a GovernedToolNode",
+                reasons=("called outside the gate",),
+            )
+
+        return ungoverned
+
+    return [
+        StructuredTool.from_function(
+            func=refuse(m.name),
+            name=m.name,
+            description=m.description or m.name,
+            args_schema=dict(m.parameters),
+        )
+        for m in registry.manifests()
+    ]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One resume decision, checked against tether's record of the approval it names."""
+
+    approval_id: str
+    kind: str  # one of DECISION_TYPES
+    message: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Proposed:
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+class Governor:
+    """Puts a node's tool calls through the gate and pauses for the ones that must wait.
+
+    ``approver`` is who a resume decision is recorded as (an ``Identity`` from
+    ``tether.identity.authenticate``, or a name for trusted in-process code); without one a
+    graph can only be resumed after the decisions were made through tether itself."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        principal: Principal,
+        *,
+        approver: Identity | str | None = None,
+        budget: Budget | None = None,
+    ) -> None:
+        self.gate = gate
+        self.principal = principal
+        self.approver = None if approver is None else as_approver(approver)
+        self.budget = budget
+        self._runs: set[str] = set()
+
+    # -- runs ---------------------------------------------------------------------------------
+    def run_for(self, config: RunnableConfig | Mapping[str, Any] | None) -> str:
+        """The thread's tether run, started the first time the thread calls a tool."""
+        run_id = run_id_for(thread_of(config))
+        if run_id in self._runs:
+            return run_id
+        if self._load(run_id) is None:
+            try:
+                self.gate.start_run(self.principal, run_id=run_id, budget=self.budget)
+            except StoreError:
+                # Another process started it first; it is the same thread, so reuse it.
+                if self._load(run_id) is None:
+                    raise
+        self._runs.add(run_id)
+        return run_id
+
+    def _load(self, run_id: str) -> RunState | None:
+        with self.gate.store.read() as tx:
+            record = tx.get_run(run_id)
+        if record is None:
+            return None
+        state = RunState.load(record)
+        if state.principal != self.principal:
+            raise ConfigurationError(
+                f"run {run_id} acts for {state.principal.subject} ({state.principal.tenant}), "
+                f"not {self.principal.subject} ({self.principal.tenant}): a thread keeps the "
+                "principal it started with; use another thread id for another principal"
+            )
+        return state
+
+    # -- one node's calls ---------------------------------------------------------------------
+    def answer(self, run_id: str, tool_calls: Sequence[LangChainToolCall]) -> list[ToolMessage]:
+        """A ToolMessage for every call, in order; pauses (``interrupt``) while any waits."""
+        calls = [_proposed(tc) for tc in tool_calls]
+        answers: dict[str, ToolMessage] = {}
+        # Each round either answers calls or pauses; a resume decides every pending call, so
+        # two rounds suffice unless a resumed call asks anew (a policy changed meanwhile).
+        for _ in range(len(calls) + 2):
+            current = {c.call_id: self._approvals(run_id, c.call_id) for c in calls}
+            pending = [
+                latest
+                for c in calls
+                if c.call_id not in answers
+                for latest in current[c.call_id][-1:]
+                if latest.status is ApprovalStatus.PENDING
+            ]
+            if pending:
+                known = {a.approval_id: a for chain in current.values() for a in chain}
+                decisions = self._pause(run_id, pending, known)
+                self._apply(decisions)
+            asked = False
+            for c in calls:
+                if c.call_id in answers:
+                    continue
+                found = self._call(run_id, c)
+                if found is None:
+                    asked = True
+                else:
+                    answers[c.call_id] = found
+            if not asked:
+                return [answers[c.call_id] for c in calls]
+        raise InternalError(
+            f"run {run_id}: tool calls kept asking for approval after every decision; this "
+            "is a bug, please report it"
+        )
+
+    def _approvals(self, run_id: str, call_id: str) -> list[Approval]:
+        """The call's latest approval, and the approval an approver's edit replaced it with."""
+        found = self.gate.approval_for(run_id, call_id)
+        if found is None:
+            return []
+        chain = [found]
+        if found.status is ApprovalStatus.EDITED:
+            with self.gate.store.read() as tx:
+                edited = tx.get_approval(found.replaced_by or "")
+            if edited is None:
+                raise StoreError(f"approval {found.approval_id} was edited but its edit is missing")
+            chain.append(edited)
+        return chain
+
+    def _call(self, run_id: str, proposed: _Proposed) -> ToolMessage | None:
+        """The call's answer through the gate, or None while it waits for a decision."""
+        chain = self._approvals(run_id, proposed.call_id)
+        call = ToolCall(call_id=proposed.call_id, tool=proposed.tool, arguments=proposed.arguments)
+        note = ""
+        if chain and chain[0].status is ApprovalStatus.EDITED:
+            edited = chain[-1]
+            # The approver's edit is a new proposal with its own call id and digest.
+            call = ToolCall(
+                call_id=edited.call_id, tool=proposed.tool, arguments=dict(edited.arguments)
+            )
+            shown, _ = redact(dict(edited.arguments), edited.sensitive_fields)
+            note = (
+                f"[arguments edited by {edited.approver} (approval {chain[0].approval_id} "
+                f"replaced by {edited.approval_id}): {shown}]\n"
+            )
+        if chain and chain[-1].status is ApprovalStatus.EXPIRED:
+            # As tether's own runs do: an expired request is not asked again behind the
+            # model's back; the model may propose the call again.
+            return _error(
+                proposed,
+                f"approval {chain[-1].approval_id} for '{proposed.tool}' expired before anyone "
+                "decided it; the call did not run (propose it again to ask again)",
+            )
+        try:
+            outcome = self.gate.call(run_id, call)
+        except ApprovalRequired:
+            return None
+        except ApprovalDenied as e:
+            return _error(proposed, str(e))
+        except _REFUSALS as e:
+            return _error(proposed, str(e))
+        return ToolMessage(
+            content=note + outcome.text,
+            tool_call_id=proposed.call_id,
+            name=proposed.tool,
+            artifact={"operation_key": outcome.operation_key, "replayed": outcome.replayed},
+        )
+
+    # -- pausing and resuming -----------------------------------------------------------------
+    def _pause(
+        self, run_id: str, pending: list[Approval], known: Mapping[str, Approval]
+    ) -> list[Decision]:
+        """Pause the graph for ``pending``; on resume, the decisions the resume value makes.
+
+        The resume value is checked inside ``interrupt`` (its ``response_schema``): a value
+        refused there is not saved, so the same pause can be answered again."""
+
+        def check(value: Any) -> list[Decision]:
+            return self._decisions(value, pending, known)
+
+        schema = Annotated[Any, AfterValidator(check)]
+        payload = {
+            "tether": "approval_required",
+            "run_id": run_id,
+            "pending": [self._shown(run_id, a) for a in pending],
+            "resume": RESUME_HINT,
+        }
+        return cast(list[Decision], interrupt(payload, response_schema=cast(type, schema)))
+
+    def _shown(self, run_id: str, approval: Approval) -> dict[str, Any]:
+        arguments, _ = redact(dict(approval.arguments), approval.sensitive_fields)
+        return {
+            "approval_id": approval.approval_id,
+            "call_id": approval.call_id,
+            "tool": approval.tool,
+            "arguments": arguments,
+            "digest": approval.call_digest,
+            "argument_digest": approval.argument_digest,
+            "reasons": list(self._reasons(run_id, approval)),
+            "expires_at": approval.expires_at,
+            "approvers": list(approval.approvers),
+        }
+
+    def _reasons(self, run_id: str, approval: Approval) -> tuple[str, ...]:
+        tool = self.gate.registry.find(approval.tool)
+        principal = self.gate.run_state(run_id).principal
+        flags = screen_arguments(approval.arguments)
+        manifest = None if tool is None else tool.manifest
+        return decide(self.gate.policy, principal, manifest, approval.arguments, flags).reasons
+
+    def _decisions(
+        self, value: Any, pending: list[Approval], known: Mapping[str, Approval]
+    ) -> list[Decision]:
+        """The resume value's decisions, or ValueError saying what is wrong with it."""
+        ids = ", ".join(a.approval_id for a in pending)
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"the resume value must map approval ids to decisions, not a "
+                f"{type(value).__name__} (decisions are never matched by position); pending: "
+                f"{ids}; {RESUME_HINT}"
+            )
+        decisions: list[Decision] = []
+        for approval_id, raw in value.items():
+            approval = known.get(approval_id) if isinstance(approval_id, str) else None
+            if approval is None:
+                raise ValueError(
+                    f"the resume value names {approval_id!r}, which is not an approval of "
+                    f"this pause; pending: {ids}"
+                )
+            decision = _decision(approval_id, raw)
+            if approval.status is ApprovalStatus.PENDING:
+                self._check_decider(approval)
+                decisions.append(decision)
+            elif not _already(approval, decision, known):
+                raise ValueError(
+                    f"approval {approval_id} was already decided ({approval.status.value}"
+                    + (f" by {approval.approver}" if approval.approver else "")
+                    + f"); the resume value asks to {decision.kind} it, which tether does not "
+                    "record: nothing was run"
+                )
+        missing = [a.approval_id for a in pending if a.approval_id not in value]
+        if missing:
+            raise ValueError(
+                f"the resume value has no decision for {', '.join(missing)}; every pending "
+                f"approval needs one (pending: {ids}); {RESUME_HINT}"
+            )
+        return decisions
+
+    def _check_decider(self, approval: Approval) -> None:
+        if self.approver is None:
+            raise ValueError(
+                f"this graph has no approver, so it cannot record a decision on "
+                f"{approval.approval_id}: decide it with `tether approvals approve "
+                f"{approval.approval_id}` (or deny) and resume with any value, or give the "
+                "node an approver Identity"
+            )
+        policy = self.gate.policy
+        authorized = (
+            policy.approvers_for(approval.tool) if policy else frozenset(approval.approvers)
+        )
+        try:
+            check_identity(approval, self.approver, authorized, self.gate.clock())
+        except Denied as e:
+            raise ValueError(f"{e} (approval {approval.approval_id})") from None
+
+    def _apply(self, decisions: list[Decision]) -> None:
+        """Record each decision through tether; an edit the policy refuses becomes a denial."""
+        for d in decisions:
+            assert self.approver is not None  # checked with the resume value
+            try:
+                if d.kind == "approve":
+                    self.gate.approve(d.approval_id, self.approver)
+                elif d.kind == "deny":
+                    self.gate.deny(d.approval_id, self.approver, reason=d.message)
+                else:
+                    assert d.arguments is not None
+                    try:
+                        self.gate.edit(d.approval_id, self.approver, d.arguments, reason=d.message)
+                    except (Denied, InvalidArguments) as e:
+                        # The approver did not want the original call; the edit cannot run.
+                        self.gate.deny(d.approval_id, self.approver, reason=f"edit refused: {e}")
+            except ApprovalStateError:
+                # Decided meanwhile by someone else (another resumer, the command line):
+                # the gate finds whatever was recorded.
+                continue
+
+
+def _proposed(tc: LangChainToolCall) -> _Proposed:
+    call_id = tc.get("id")
+    if not call_id:
+        raise InvalidArguments(
+            tc.get("name", "?"),
+            ["a tool call without an id cannot be governed: its id is the call's identity"],
+        )
+    return _Proposed(call_id=call_id, tool=tc["name"], arguments=dict(tc.get("args") or {}))
+
+
+def _error(proposed: _Proposed, message: str) -> ToolMessage:
+    return ToolMessage(
+        content=message, tool_call_id=proposed.call_id, name=proposed.tool, status="error"
+    )
+
+
+def _decision(approval_id: str, raw: Any) -> Decision:
+    kind = raw.get("type") if isinstance(raw, Mapping) else None
+    if kind not in DECISION_TYPES:
+        raise ValueError(
+            f"the decision for {approval_id} must be a dict whose 'type' is one of "
+            f"{', '.join(DECISION_TYPES)}, not {raw!r}"
+        )
+    assert isinstance(raw, Mapping)
+    message = raw.get("message")
+    if message is not None and not isinstance(message, str):
+        raise ValueError(f"the decision for {approval_id} has a 'message' that is not text")
+    arguments = raw.get("arguments")
+    if kind == "edit" and not isinstance(arguments, Mapping):
+        raise ValueError(f"the edit of {approval_id} needs 'arguments': a dict of new arguments")
+    return Decision(
+        approval_id=approval_id,
+        kind=kind,
+        message=message,
+        arguments=dict(arguments) if isinstance(arguments, Mapping) else None,
+    )
+
+
+def _already(approval: Approval, decision: Decision, known: Mapping[str, Approval]) -> bool:
+    """Whether ``decision`` is what tether already recorded: the same resume value seen
+    again (LangGraph replays it when it re-runs the node; a second resumer sends it too)."""
+    if decision.kind == "approve":
+        return approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED)
+    if decision.kind == "deny":
+        return approval.status is ApprovalStatus.DENIED
+    edited = known.get(approval.replaced_by or "")
+    return (
+        approval.status is ApprovalStatus.EDITED
+        and edited is not None
+        and dict(edited.arguments) == decision.arguments
+    )
+
+
+class GovernedToolNode:
+    """The tool node of a hand-built ``StateGraph``: answers the last AIMessage's tool calls
+    through the gate, and pauses with ``interrupt()`` while any waits for a decision.
+
+        builder.add_node("tools", GovernedToolNode(gate, principal, approver=identity))
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        principal: Principal,
+        *,
+        approver: Identity | str | None = None,
+        budget: Budget | None = None,
+        messages_key: str = "messages",
+    ) -> None:
+        self.governor = Governor(gate, principal, approver=approver, budget=budget)
+        self.messages_key = messages_key
+
+    def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        # Any graph state with a messages list: a TypedDict, MessagesState, a dict.
+        messages = state.get(self.messages_key) if isinstance(state, Mapping) else None
+        if messages is None:
+            messages = getattr(state, self.messages_key, None) or []
+        message, open_calls = _open_calls(messages)
+        if message is None or not open_calls:
+            return {self.messages_key: []}
+        run_id = self.governor.run_for(config)
+        return {self.messages_key: self.governor.answer(run_id, open_calls)}
+
+
+def _open_calls(
+    messages: Sequence[AnyMessage],
+) -> tuple[AIMessage | None, list[LangChainToolCall]]:
+    """The last AIMessage and its tool calls no ToolMessage after it answers yet."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AIMessage):
+            return message, [tc for tc in message.tool_calls if tc.get("id") not in answered]
+    return None, []
+
+
+class TetherMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """For ``create_agent(model, tools=langchain_tools(registry), middleware=[...])``: each
+    model turn's tool calls pass the gate together (one pause for all that wait), and any
+    call that still reaches the agent's tool node passes it there."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        principal: Principal,
+        *,
+        approver: Identity | str | None = None,
+        budget: Budget | None = None,
+    ) -> None:
+        super().__init__()
+        self.governor = Governor(gate, principal, approver=approver, budget=budget)
+
+    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        # Answered here, the calls leave the agent's tool node nothing to run: its routing
+        # sends only calls without a ToolMessage there.
+        message, open_calls = _open_calls(state["messages"])
+        if message is None or not open_calls:
+            return None
+        run_id = self.governor.run_for(get_config())
+        return {"messages": self.governor.answer(run_id, open_calls)}
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        # Never ``handler``: the tool runs as tether's registry has it, through the gate.
+        run_id = self.governor.run_for(request.runtime.config)
+        (answer,) = self.governor.answer(run_id, [request.tool_call])
+        return answer

@@ -1,0 +1,390 @@
+"""tether.adapters.langgraph with the real LangGraph and LangChain: a hand-built StateGraph with
+a GovernedToolNode and LangGraph's SQLite checkpointer (tests/adapters/langgraph_app.py), and
+create_agent with TetherMiddleware. A witness file outside tether counts every execution."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from tests.adapters.langgraph_app import (
+    POLICY,
+    PRINCIPAL,
+    App,
+    app,
+    registry,
+    start_input,
+    witness_lines,
+)
+from tether import ApprovalStatus, Gate
+from tether.adapters.langgraph import TetherMiddleware, langchain_tools, run_id_for
+from tether.errors import Denied
+from tether.identity import add_identity
+from tether.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+READ = {"name": "read_file", "args": {"path": "a.txt"}, "id": "call-read", "type": "tool_call"}
+DELETE = {"name": "delete_file", "args": {"path": "b.txt"}, "id": "call-del", "type": "tool_call"}
+DELETE_2 = {
+    "name": "delete_file",
+    "args": {"path": "c.txt"},
+    "id": "call-del-2",
+    "type": "tool_call",
+}
+
+
+def deletions(directory: Path) -> list[str]:
+    return [line for line in witness_lines(directory) if line.startswith("delete_file")]
+
+
+def reads(directory: Path) -> list[str]:
+    return [line for line in witness_lines(directory) if line.startswith("read_file")]
+
+
+def pause(a: App, thread: str, *calls: dict[str, Any]) -> list[dict[str, Any]]:
+    """Start the thread; return the pending calls its pause lists."""
+    result = a.graph.invoke(start_input(calls), a.config(thread))
+    (interrupt,) = result["__interrupt__"]
+    pending: list[dict[str, Any]] = interrupt.value["pending"]
+    return pending
+
+
+def tool_messages(result: dict[str, Any]) -> dict[str, ToolMessage]:
+    return {m.tool_call_id: m for m in result["messages"] if isinstance(m, ToolMessage)}
+
+
+def child(directory: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    """Run tests/adapters/langgraph_app.py in another process, as a second worker would."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.adapters.langgraph_app", str(directory), *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_an_allowed_read_runs_once_and_answers_the_model(tmp_path: Path) -> None:
+    with app(tmp_path) as a:
+        result = a.graph.invoke(start_input([READ]), a.config("t"))
+        assert "__interrupt__" not in result
+        assert tool_messages(result)["call-read"].content == "contents of a.txt"
+        assert result["messages"][-1].content == "done: contents of a.txt"
+        (effect,) = a.store.list_effects(run_id_for("t"))
+        assert effect.call_id == "call-read"
+    assert reads(tmp_path) == ["read_file a.txt"]
+
+
+def test_a_write_pauses_is_approved_from_another_process_and_resumes_once(
+    tmp_path: Path,
+) -> None:
+    # The graph has no approver of its own: the decision is made with the command line.
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", DELETE)
+        assert deletions(tmp_path) == []
+        approval = a.gate.approval_for(run_id_for("t"), "call-del")
+        assert approval is not None
+        assert pending["approval_id"] == approval.approval_id
+        assert pending["tool"] == "delete_file"
+        assert pending["arguments"] == {"path": "b.txt"}
+        assert pending["digest"] == approval.call_digest
+        assert pending["reasons"] == ["tier write: ask"]
+        assert pending["expires_at"] == approval.expires_at
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+    token_file = tmp_path / "reviewer.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    approved = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "approvals",
+            "approve",
+            pending["approval_id"],
+            "--db",
+            db,
+            "--token-file",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert approved.returncode == 0, approved.stderr
+    # Resumed by yet another process, whose resume value carries no decision: the grant
+    # tether holds is what lets the call run.
+    resumed = child(tmp_path, "resume", "t", "{}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["last"] == "done: deleted b.txt"
+    assert len(deletions(tmp_path)) == 1
+    with SQLiteStore(f"sqlite:///{tmp_path / 'tether.db'}") as store:
+        (decided,) = store.list_approvals()
+        assert decided.status is ApprovalStatus.USED
+        assert decided.approver == "reviewer-1"
+        assert decided.approver_credential is not None
+        assert store.verify_audit().intact
+
+
+def test_a_denial_reaches_the_model_and_nothing_runs(tmp_path: Path) -> None:
+    with app(tmp_path, "reviewer-1") as a:
+        (pending,) = pause(a, "t", DELETE)
+        deny = {pending["approval_id"]: {"type": "deny", "message": "keep b.txt"}}
+        result = a.graph.invoke(Command(resume=deny), a.config("t"))
+        answer = tool_messages(result)["call-del"]
+        assert answer.status == "error"
+        assert "denied by reviewer-1: keep b.txt" in str(answer.content)
+        assert "keep b.txt" in str(result["messages"][-1].content)  # what the model read
+    assert deletions(tmp_path) == []
+
+
+def test_an_edit_is_judged_again_and_runs_with_the_edited_arguments(tmp_path: Path) -> None:
+    with app(tmp_path, "reviewer-1") as a:
+        (pending,) = pause(a, "t", DELETE)
+        edit = {pending["approval_id"]: {"type": "edit", "arguments": {"path": "b.bak"}}}
+        result = a.graph.invoke(Command(resume=edit), a.config("t"))
+        answer = str(tool_messages(result)["call-del"].content)
+        assert "arguments edited by reviewer-1" in answer
+        assert answer.endswith("deleted b.bak")
+    (line,) = deletions(tmp_path)
+    assert line.startswith("delete_file b.bak ")
+
+
+def test_an_expired_approval_runs_nothing_and_tells_the_model(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    with app(tmp_path, "reviewer-1", clock=lambda: now[0]) as a:
+        (pending,) = pause(a, "t", DELETE)
+        now[0] += POLICY.approval_ttl_s + 1
+        result = a.graph.invoke(
+            Command(resume={pending["approval_id"]: {"type": "approve"}}), a.config("t")
+        )
+        answer = tool_messages(result)["call-del"]
+        assert answer.status == "error"
+        assert "expired before anyone decided it" in str(answer.content)
+    assert deletions(tmp_path) == []
+
+
+def test_a_sibling_that_needed_no_approval_keeps_its_result_across_the_pause(
+    tmp_path: Path,
+) -> None:
+    with app(tmp_path, "reviewer-1") as a:
+        (pending,) = pause(a, "t", READ, DELETE)
+        assert reads(tmp_path) == ["read_file a.txt"]  # ran before the graph paused
+        approve = {pending["approval_id"]: {"type": "approve"}}
+        result = a.graph.invoke(Command(resume=approve), a.config("t"))
+        answers = tool_messages(result)
+        # LangGraph re-ran the node from its start; the gate answered the read from its
+        # ledger.
+        assert answers["call-read"].content == "contents of a.txt"
+        assert answers["call-read"].artifact["replayed"] is True
+        assert answers["call-del"].content == "deleted b.txt"
+    assert reads(tmp_path) == ["read_file a.txt"]
+    assert len(deletions(tmp_path)) == 1
+
+
+def test_the_same_pause_resumed_twice_runs_the_write_once(tmp_path: Path) -> None:
+    with app(tmp_path, "reviewer-1") as a:
+        (pending,) = pause(a, "t", READ, DELETE)
+        paused_at = a.graph.get_state(a.config("t")).config
+        approve = {pending["approval_id"]: {"type": "approve"}}
+        a.graph.invoke(Command(resume=approve), a.config("t"))
+        # A second resumer that loaded the same paused checkpoint: the node runs again.
+        again = a.graph.invoke(Command(resume=approve), paused_at)
+        answers = tool_messages(again)
+        assert answers["call-del"].content == "deleted b.txt"
+        assert answers["call-del"].artifact["replayed"] is True
+    assert len(deletions(tmp_path)) == 1
+    assert len(reads(tmp_path)) == 1
+
+
+def test_two_processes_resuming_the_same_pause_at_once_run_the_write_once(
+    tmp_path: Path,
+) -> None:
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", READ, DELETE)
+    approve = json.dumps({pending["approval_id"]: {"type": "approve"}})
+    command = [sys.executable, "-m", "tests.adapters.langgraph_app", str(tmp_path)]
+    workers = [
+        subprocess.Popen(
+            [*command, "resume", "t", approve, "reviewer-1"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=120) for w in workers]
+    finished = [
+        json.loads(out) for (out, _), w in zip(outputs, workers, strict=True) if not w.returncode
+    ]
+    assert finished, f"neither worker finished: {[err[-2000:] for _, err in outputs]}"
+    assert all(f["last"] == "done: contents of a.txt | deleted b.txt" for f in finished)
+    assert len(deletions(tmp_path)) == 1
+    assert len(reads(tmp_path)) == 1
+
+
+@pytest.mark.parametrize(
+    ("resume", "message"),
+    [
+        ("by position", "never matched by position"),
+        ("unknown id", "which is not an approval of this pause"),
+        ("missing one", "has no decision for"),
+        ("flipped", "was already decided (denied by reviewer-1)"),
+        ("no type", "must be a dict whose 'type' is one of"),
+    ],
+)
+def test_a_resume_value_that_cannot_be_applied_is_refused_before_anything_runs(
+    tmp_path: Path, resume: str, message: str
+) -> None:
+    with app(tmp_path, "reviewer-1") as a:
+        first, second = pause(a, "t", READ, DELETE, DELETE_2)
+        one, two = first["approval_id"], second["approval_id"]
+        approve = {"type": "approve"}
+        if resume == "flipped":
+            # Denied through tether; the resumer asks to approve it anyway.
+            a.gate.deny(one, "reviewer-1", reason="no")
+        value: Any = {
+            "by position": [approve, approve],
+            "unknown id": {one: approve, two: approve, "apr-0000000000000000": approve},
+            "missing one": {one: approve},
+            "flipped": {one: approve, two: approve},
+            "no type": {one: approve, two: {"decision": "approve"}},
+        }[resume]
+        with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+            a.graph.invoke(Command(resume=value), a.config("t"))
+        assert deletions(tmp_path) == []
+        # The refused value was not kept: the same pause is answered again, properly.
+        fixed = {one: {"type": "deny"} if resume == "flipped" else approve, two: approve}
+        result = a.graph.invoke(Command(resume=fixed), a.config("t"))
+        assert tool_messages(result)["call-del-2"].content == "deleted c.txt"
+    assert len(deletions(tmp_path)) == (1 if resume == "flipped" else 2)
+    assert len(reads(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("how", ["update_state", "Command(update=...)"])
+def test_a_call_rewritten_after_its_approval_is_refused(tmp_path: Path, how: str) -> None:
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", DELETE)
+        a.gate.approve(pending["approval_id"], "reviewer-1")
+        state = a.graph.get_state(a.config("t"))
+        proposed = state.values["messages"][-1]
+        rewritten = {**DELETE, "args": {"path": "/etc/passwd"}}
+        swap = AIMessage(content="", tool_calls=[rewritten], id=proposed.id)
+        if how == "update_state":
+            a.graph.update_state(a.config("t"), {"messages": [swap]})
+            result = a.graph.invoke(Command(resume={}), a.config("t"))
+        else:
+            result = a.graph.invoke(Command(resume={}, update={"messages": [swap]}), a.config("t"))
+        answer = tool_messages(result)["call-del"]
+        assert answer.status == "error"
+        assert "does not bind this call (arguments, call digest differ)" in str(answer.content)
+    assert deletions(tmp_path) == []
+
+
+def test_a_call_rewritten_after_it_ran_is_an_operation_conflict(tmp_path: Path) -> None:
+    with app(tmp_path, "reviewer-1") as a:
+        (pending,) = pause(a, "t", DELETE)
+        paused_at = a.graph.get_state(a.config("t")).config
+        a.graph.invoke(Command(resume={pending["approval_id"]: {"type": "approve"}}), a.config("t"))
+        proposed = a.graph.get_state(paused_at).values["messages"][-1]
+        swap = AIMessage(
+            content="", tool_calls=[{**DELETE, "args": {"path": "d.txt"}}], id=proposed.id
+        )
+        forked = a.graph.update_state(paused_at, {"messages": [swap]})
+        result = a.graph.invoke(Command(resume={}), forked)
+        answer = tool_messages(result)["call-del"]
+        assert answer.status == "error"
+        assert "already recorded as" in str(answer.content)  # OperationConflict
+    assert [line.split()[1] for line in deletions(tmp_path)] == ["b.txt"]
+
+
+@pytest.mark.parametrize("crash", ["approval.after_grant_commit", "gate.after_outcome_commit"])
+def test_a_process_killed_while_resuming_leaves_the_write_to_run_exactly_once(
+    tmp_path: Path, crash: str
+) -> None:
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", READ, DELETE)
+    approve = json.dumps({pending["approval_id"]: {"type": "approve"}})
+    killed = child(tmp_path, "resume", "t", approve, "reviewer-1", env={"TETHER_CRASH_AT": crash})
+    assert killed.returncode == -9, killed.stderr
+    assert len(deletions(tmp_path)) == (1 if crash == "gate.after_outcome_commit" else 0)
+    # The next worker resumes the thread with the same value (a client retrying).
+    resumed = child(tmp_path, "resume", "t", approve, "reviewer-1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["last"] == "done: contents of a.txt | deleted b.txt"
+    assert len(deletions(tmp_path)) == 1
+    assert len(reads(tmp_path)) == 1
+
+
+# -- create_agent with TetherMiddleware ---------------------------------------------------------
+class FakeModel(GenericFakeChatModel):
+    """LangChain's offline chat model; create_agent binds tools to its model."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def agent_for(tmp_path: Path, gate: Gate, turns: list[AIMessage]) -> Any:
+    connection = sqlite3.connect(tmp_path / "agent.db", check_same_thread=False)
+    return create_agent(
+        FakeModel(messages=iter(turns)),
+        tools=langchain_tools(gate.registry),
+        middleware=[TetherMiddleware(gate, PRINCIPAL, approver="reviewer-1")],
+        checkpointer=SqliteSaver(connection),
+    )
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_create_agent_with_the_middleware_pauses_and_resumes_by_approval_id(
+    tmp_path: Path, decision: str
+) -> None:
+    with SQLiteStore(f"sqlite:///{tmp_path / 'tether.db'}") as store:
+        gate = Gate(registry(tmp_path), POLICY, store)
+        turn = AIMessage(content="", tool_calls=[READ, DELETE])
+        agent = agent_for(tmp_path, gate, [turn, AIMessage(content="finished")])
+        config: Any = {"configurable": {"thread_id": "agent-t"}}
+        paused = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, config)
+        (pending,) = paused["__interrupt__"][0].value["pending"]
+        assert pending["tool"] == "delete_file"
+        assert reads(tmp_path) == ["read_file a.txt"]
+        value = {"type": decision, "message": "not today"}
+        done = agent.invoke(Command(resume={pending["approval_id"]: value}), config)
+        answers = tool_messages(done)
+        assert answers["call-read"].content == "contents of a.txt"
+        if decision == "approve":
+            assert answers["call-del"].content == "deleted b.txt"
+        else:
+            assert "not today" in str(answers["call-del"].content)
+        assert done["messages"][-1].content == "finished"
+    assert len(deletions(tmp_path)) == (1 if decision == "approve" else 0)
+    assert len(reads(tmp_path)) == 1
+
+
+def test_the_described_tools_refuse_to_run_outside_the_gate(tmp_path: Path) -> None:
+    tools = {t.name: t for t in langchain_tools(registry(tmp_path))}
+    assert set(tools) == {"read_file", "delete_file"}
+    assert tools["delete_file"].args == {"path": {"type": "string"}}
+    with pytest.raises(Denied, match="runs only through its gate"):
+        tools["delete_file"].invoke({"path": "b.txt"})
+    assert deletions(tmp_path) == []
