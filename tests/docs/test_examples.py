@@ -25,6 +25,13 @@ REAL_MODEL = "real_model_quickstart.py"
 
 # What each offline example must print: the lines that show it did what it says.
 EXPECTED: dict[str, tuple[str, ...]] = {
+    "openai_agents_approval.py": (
+        "interrupted: save_note, tether approval apr-",
+        "resumed: Saved the plan. (approved by editor-1, cred-",
+        "resumed again: Saved the plan.; save_note ran 1 time",
+        "audit intact:",
+        '{"executions": 1, "expected": 1, ',
+    ),
     "own_tools.py": (
         ": completed -> 'Saved.'",
         ":call-2:save_note:1  committed",
