@@ -32,6 +32,13 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "audit intact:",
         '{"executions": 1, "expected": 1,',
     ),
+    "openai_agents_approval.py": (
+        "interrupted: save_note, tether approval apr-",
+        "resumed: Saved the plan. (approved by editor-1, cred-",
+        "resumed again: Saved the plan.; save_note ran 1 time",
+        "audit intact:",
+        '{"executions": 1, "expected": 1, ',
+    ),
     "own_tools.py": (
         ": completed -> 'Saved.'",
         ":call-2:save_note:1  committed",

@@ -20,6 +20,7 @@ OUTER = (
     "tether.models.openai",
     "tether.models.anthropic",
     "tether.adapters.langgraph",
+    "tether.adapters.openai_agents",
 )
 
 

@@ -1,0 +1,533 @@
+"""The OpenAI Agents SDK under tether: every function tool call of an agent passes the gate.
+
+Two steps, a few lines::
+
+    registry = Registry()
+    register(registry, agent, risk={"read_file": "read", "write_file": "write"})
+    gate = Gate(registry, policy, store)
+    governed = govern(agent, gate, principal=principal, conversation="ticket-42")
+    result = await governed.run("fix the typo")          # Runner.run, governed
+    ...
+    result = await governed.resume(state_json, approver=identity)
+
+What it does, and why:
+
+- ``register`` adds each function tool of the agent (and of the agents it calls with
+  ``Agent.as_tool`` or hands off to) to a tether ``Registry`` with the SDK's own JSON schema
+  and the risk tier you name, so the policy judges them like any other tool.
+- ``govern`` replaces, in place, each of those function tools with one whose body calls
+  ``gate.call(run_id, ToolCall(call_id=<the SDK's tool call id>, ...))``. The tether run id
+  is derived from ``conversation`` (``run_id_for``), so another process resuming the same
+  conversation finds the same run, its ledger and its approvals.
+- tether's "ask" is the SDK's approval interruption: each tool's ``needs_approval`` asks the
+  gate's planner about the call (without running it) and, when it asks, records the approval
+  request in tether before the SDK interrupts. ``result.interruptions``, ``RunState.approve``
+  / ``reject``, ``to_string`` / ``from_string`` work as the SDK documents.
+- A decision in ``RunState`` is only a request. The SDK runs an "approved" tool's body, which
+  is the gate: it runs the call only if tether holds a valid, sealed grant bound to that exact
+  call (run, call id, tool, arguments), and only once — a state resumed again replays the
+  recorded outcome from the ledger. A flipped rejection, edited arguments or an approval
+  replayed onto another call get a refusal the model reads, and nothing runs.
+- A client "approve" becomes a tether approval only through ``Governed.resume(state,
+  approver=identity)`` with an authenticated approver credential (``tether.identity.
+  authenticate``); otherwise decisions come from tether itself (``tether approvals
+  approve``, ``Gate.approve``), possibly from another process, and the resumed run picks
+  them up.
+
+The SDK is imported only here; ``pip install 'tether[openai-agents]'`` brings it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.budget import Budget
+from tether.digest import canonical_json, sha256_hex
+from tether.errors import (
+    ApprovalRequired,
+    ApprovalStateError,
+    BudgetExceeded,
+    ConfigurationError,
+    CredentialRefused,
+    Denied,
+    InvalidArguments,
+    OperationConflict,
+    OutcomeUnknown,
+    RunStateError,
+    StoreError,
+    ToolFailed,
+)
+from tether.gate import Gate, ToolCall, apply
+from tether.identity import Identity
+from tether.ledger import operation_key
+from tether.planner import Ask, plan_call
+from tether.policy import Principal
+from tether.state import new_id
+from tether.tenancy import fill_tenant
+from tether.tools import OPERATION_KEY_PARAMETER, Manifest, Registry, Risk
+
+if TYPE_CHECKING:
+    from agents import Agent, FunctionTool, RunContextWrapper, RunResult, RunState
+    from agents.items import ToolApprovalItem
+    from agents.tool_context import ToolContext
+
+__all__ = ["Governed", "govern", "register", "run_id_for"]
+
+_RUN_PREFIX = "oa-"
+
+
+def run_id_for(conversation: str) -> str:
+    """The tether run of an SDK conversation: ``oa-`` and the first 32 hex digits of the
+    SHA-256 of ``conversation``. Deterministic, so every process resuming the conversation
+    (give the key you give the SDK's session or ``conversation_id``) finds the same run;
+    hashed, so any string is a valid key and two keys never map onto each other by
+    accident of spelling."""
+    if not isinstance(conversation, str) or not conversation.strip():
+        raise ConfigurationError(
+            "conversation must be a non-empty string naming the SDK conversation (its "
+            "session id, conversation id, or your own ticket id)"
+        )
+    return _RUN_PREFIX + sha256_hex(conversation)[:32]
+
+
+# -- walking an agent's tools --------------------------------------------------------------------
+def _agents_and_tools(root: Any) -> tuple[list[Agent[Any]], list[FunctionTool]]:
+    """Every agent reachable from ``root`` (itself, agents used as tools, handoffs) and every
+    function tool they have, refusing tools tether cannot put through its gate."""
+    from agents import Agent, FunctionTool, Handoff
+
+    agents: list[Agent[Any]] = []
+    tools: list[FunctionTool] = []
+    seen: set[int] = set()
+
+    def visit_tool(tool: Any, owner: str) -> None:
+        if not isinstance(tool, FunctionTool):
+            raise ConfigurationError(
+                f"{owner} has a {type(tool).__name__}, which runs outside this process, so "
+                "tether cannot gate its calls; remove it or wrap what it does in a "
+                "function tool"
+            )
+        nested = tool._agent_instance if tool._is_agent_tool else None
+        if isinstance(nested, Agent):
+            # The agent tool itself only starts a nested run (which the SDK pauses and
+            # resumes as a whole); what it does happens in the nested agent's own tools.
+            visit_agent(nested)
+        else:
+            tools.append(tool)
+
+    def visit_agent(agent: Agent[Any]) -> None:
+        if id(agent) in seen:
+            return
+        seen.add(id(agent))
+        agents.append(agent)
+        if agent.mcp_servers:
+            raise ConfigurationError(
+                f"agent {agent.name!r} has MCP servers, whose tools arrive at run time and "
+                "would bypass tether; expose them as function tools instead"
+            )
+        for tool in agent.tools:
+            visit_tool(tool, f"agent {agent.name!r}")
+        for handoff in agent.handoffs:
+            if isinstance(handoff, Agent):
+                visit_agent(handoff)
+                continue
+            target = (
+                handoff._agent_ref()
+                if isinstance(handoff, Handoff) and handoff._agent_ref
+                else None
+            )
+            if not isinstance(target, Agent):
+                raise ConfigurationError(
+                    f"agent {agent.name!r} hands off to {handoff.agent_name!r} through a "
+                    "custom handoff tether cannot follow; make it with handoff(agent) so the "
+                    "target agent's tools are governed too"
+                )
+            visit_agent(target)
+
+    if isinstance(root, Agent):
+        visit_agent(root)
+    else:
+        for tool in root:
+            visit_tool(tool, "the tool list")
+    return agents, tools
+
+
+def register(
+    registry: Registry,
+    agent_or_tools: Agent[Any] | Iterable[Any],
+    *,
+    risk: Mapping[str, Risk | str],
+    manifest: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[str]:
+    """Add every function tool of ``agent_or_tools`` (nested agents and handoffs included) to
+    ``registry``, with the SDK's JSON schema and ``risk[name]`` (required for each: a tool's
+    risk is what the policy judges, so it is never guessed). ``manifest[name]`` adds other
+    ``Manifest`` fields (``required_scope``, ``cost``, ``sensitive_fields``...). Returns the
+    names registered. Build the ``Gate`` after this, so it checks the policy against them."""
+    _, tools = _agents_and_tools(agent_or_tools)
+    extra = manifest or {}
+    names: list[str] = []
+    for tool in tools:
+        name = tool.name
+        if name not in risk:
+            raise ConfigurationError(
+                f"give tool {name!r} a risk tier: register(..., risk={{{name!r}: 'write'}}) "
+                f"(one of {', '.join(r.value for r in Risk)})"
+            )
+        schema = tool.params_json_schema
+        if OPERATION_KEY_PARAMETER in schema.get("properties", {}):
+            raise ConfigurationError(
+                f"tool {name!r} takes an argument named {OPERATION_KEY_PARAMETER!r}, which "
+                "tether passes itself; rename the argument"
+            )
+        fields = dict(extra.get(name, {}))
+        for key in ("allowed_tenants", "sensitive_fields"):
+            if fields.get(key) is not None:
+                fields[key] = frozenset(fields[key])
+        if name in registry:
+            continue  # the same tool reached twice (two agents share it)
+        registry.add(
+            Manifest(
+                name=name,
+                description=tool.description,
+                parameters=schema,
+                risk=Risk.parse(risk[name]),
+                **fields,
+            ),
+            _handler(name),
+        )
+        names.append(name)
+    unknown = sorted(set(risk) - {t.name for t in tools})
+    if unknown:
+        raise ConfigurationError(
+            f"risk names {', '.join(unknown)}, which the agent has no function tool for"
+        )
+    return names
+
+
+# -- running the SDK's tool body from inside the gate --------------------------------------------
+@dataclass(frozen=True)
+class _Invocation:
+    """One SDK tool invocation waiting in ``gate.call`` for the gate to dispatch it."""
+
+    tool: str
+    invoke: Any  # the SDK's own on_invoke_tool
+    context: ToolContext[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+# Keyed by operation key (which the adapter computes before it calls the gate): the gate may
+# call a handler from its own thread (a tool with a timeout), where no context variable of
+# the caller is visible.
+_ACTIVE: dict[str, _Invocation] = {}
+
+
+def _handler(name: str) -> Any:
+    def run_sdk_tool(operation_key: str, **arguments: Any) -> Any:
+        active = _ACTIVE.get(operation_key)
+        if active is None or active.tool != name:
+            raise RuntimeError(
+                f"{name} is an OpenAI Agents SDK tool: it runs only inside an SDK run governed "
+                "by tether.adapters.openai_agents.govern"
+            )
+        # The arguments tether judged (and a grant bound), not the text the model sent.
+        coroutine = active.invoke(active.context, json.dumps(arguments))
+        return asyncio.run_coroutine_threadsafe(coroutine, active.loop).result()
+
+    run_sdk_tool.__name__ = name
+    return run_sdk_tool
+
+
+# What reaches the model instead of a result; anything else (a store or integrity error, a
+# bug) stops the run, as it would in tether's own runner.
+_REFUSALS = (
+    Denied,
+    InvalidArguments,
+    OperationConflict,
+    BudgetExceeded,
+    RunStateError,
+    ToolFailed,
+    OutcomeUnknown,
+)
+
+
+class Governed:
+    """An agent (or a tool list) whose function tools pass ``gate``, in tether run
+    ``run_id`` (derived from ``conversation``) acting for ``principal``."""
+
+    def __init__(
+        self,
+        agent_or_tools: Agent[Any] | Iterable[Any],
+        gate: Gate,
+        *,
+        principal: Principal,
+        conversation: str,
+        budget: Budget | None = None,
+    ) -> None:
+        from agents import Agent
+
+        self.gate = gate
+        self.principal = principal
+        self.conversation = conversation
+        self.run_id = run_id_for(conversation)
+        root = agent_or_tools if isinstance(agent_or_tools, Agent) else list(agent_or_tools)
+        agents, tools = _agents_and_tools(root)
+        missing = sorted({t.name for t in tools if t.name not in gate.registry})
+        if missing:
+            raise ConfigurationError(
+                f"the gate's registry has no {', '.join(missing)}; call "
+                "tether.adapters.openai_agents.register(registry, agent, risk=...) before "
+                "building the Gate"
+            )
+        self._ensure_run(budget)
+        wrapped = {id(t): self._wrap(t) for t in tools}
+        # In place: agents used as tools and handoffs hold their agent, so the copies must be
+        # what those agents' tool lists hold.
+        for agent in agents:
+            agent.tools = [wrapped.get(id(t), t) for t in agent.tools]
+        self.agent: Agent[Any] | None = root if isinstance(root, Agent) else None
+        # Every governed tool of the tree; for a tool list, the list with each one replaced.
+        self.tools: list[Any] = (
+            list(wrapped.values())
+            if isinstance(root, Agent)
+            else [wrapped.get(id(t), t) for t in root]
+        )
+
+    # -- the run ---------------------------------------------------------------------------------
+    def _ensure_run(self, budget: Budget | None) -> None:
+        with self.gate.store.read() as tx:
+            exists = tx.get_run(self.run_id) is not None
+        if not exists:
+            try:
+                self.gate.start_run(self.principal, budget=budget, run_id=self.run_id)
+                return
+            except StoreError:
+                pass  # another process started it first: reuse it, as below
+        found = self.gate.run_state(self.run_id).principal
+        if found != self.principal:
+            # Resuming someone else's conversation must not act with their grants.
+            raise RunStateError(
+                f"run {self.run_id} (conversation {self.conversation!r}) acts for "
+                f"{found.subject} in tenant {found.tenant}, not {self.principal.subject} in "
+                f"{self.principal.tenant}; use another conversation key"
+            )
+
+    def _wrap(self, tool: FunctionTool) -> FunctionTool:
+        original = getattr(tool.on_invoke_tool, "__tether_original__", tool.on_invoke_tool)
+        name, gate, run_id = tool.name, self.gate, self.run_id
+
+        async def needs_approval(
+            _context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
+        ) -> bool:
+            call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
+            return await asyncio.to_thread(_request_if_asked, gate, run_id, call)
+
+        async def invoke(context: ToolContext[Any], raw: str) -> Any:
+            try:
+                arguments = json.loads(raw) if raw.strip() else {}
+            except ValueError as e:
+                return f"tether refused {name}: its arguments are not JSON ({e}); nothing ran"
+            if not isinstance(arguments, dict):
+                return f"tether refused {name}: its arguments are not a JSON object; nothing ran"
+            call = ToolCall(call_id=context.tool_call_id, tool=name, arguments=arguments)
+            manifest = gate.registry.get(name).manifest
+            key = operation_key(run_id, call.call_id, name, manifest.version)
+            _ACTIVE[key] = _Invocation(name, original, context, asyncio.get_running_loop())
+            try:
+                outcome = await asyncio.to_thread(gate.call, run_id, call)
+            except ApprovalRequired as e:
+                # The client's state said "approved" but tether holds no grant for this call.
+                return (
+                    f"tether refused {name}: this call is not approved in tether ({e}); nothing ran"
+                )
+            except _REFUSALS as e:
+                return f"tether refused {name}: {e}"
+            finally:
+                _ACTIVE.pop(key, None)
+            return outcome.result
+
+        invoke.__tether_original__ = original  # type: ignore[attr-defined]
+        return dataclasses.replace(tool, on_invoke_tool=invoke, needs_approval=needs_approval)
+
+    async def run(self, input: Any, **kwargs: Any) -> RunResult:
+        """``Runner.run(agent, input, **kwargs)`` with the governed agent."""
+        from agents import Runner
+
+        return await Runner.run(self._agent(), input, **kwargs)
+
+    async def resume(
+        self,
+        state: RunState[Any, Any] | str,
+        *,
+        approver: Identity | None = None,
+        reason: str | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
+        """Continue an interrupted run from its ``RunState`` (or ``to_string()`` text).
+
+        With ``approver`` (an authenticated approver credential), the decisions the state
+        holds for pending calls are recorded in tether as that approver's: approve, or deny
+        with ``reason``. Without it nothing is decided here: each call runs only if tether
+        already holds its grant."""
+        from agents import Runner, RunState
+
+        agent = self._agent()
+        loaded = await RunState.from_string(agent, state) if isinstance(state, str) else state
+        if approver is not None:
+            self.decide(loaded, approver, reason=reason)
+        self._take_tether_decisions(loaded)
+        return await Runner.run(agent, loaded, **kwargs)
+
+    def _take_tether_decisions(self, state: RunState[Any, Any]) -> None:
+        """Mark in ``state`` what tether decided for calls the client left undecided: the
+        SDK keeps an undecided call interrupted and never runs its body, so a grant made with
+        `tether approvals approve` (or a denial) would otherwise never be seen. Marking it
+        approved only lets the body — the gate — run, which checks the grant itself."""
+        for item in state.get_interruptions():
+            if _client_decision(state, item) is not None:
+                continue
+            approval = self.gate.approval_for(self.run_id, item.call_id or "")
+            if approval is None:
+                continue
+            if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
+                state.approve(item)  # a used grant: the gate replays the recorded outcome
+            elif approval.status is ApprovalStatus.DENIED:
+                why = f": {approval.reason}" if approval.reason else ""
+                state.reject(
+                    item,
+                    rejection_message=(
+                        f"tether: approval {approval.approval_id} for {approval.tool} was "
+                        f"denied by {approval.approver}{why}"
+                    ),
+                )
+
+    # -- approvals -------------------------------------------------------------------------------
+    def pending(self, interrupted: RunResult | RunState[Any, Any]) -> list[Approval]:
+        """The tether approvals behind an interrupted run's ``interruptions``, in order:
+        their ids are what `tether approvals approve` takes."""
+        from agents import RunState
+
+        items = (
+            interrupted.get_interruptions()
+            if isinstance(interrupted, RunState)
+            else interrupted.interruptions
+        )
+        found: list[Approval] = []
+        for item in items:
+            approval = self.gate.approval_for(self.run_id, item.call_id or "")
+            if approval is not None:
+                found.append(approval)
+        return found
+
+    def decide(
+        self, state: RunState[Any, Any], approver: Identity, *, reason: str | None = None
+    ) -> list[Approval]:
+        """Record in tether, as ``approver``, the decisions ``state`` holds for its pending
+        calls; returns the approvals decided. A call whose arguments in the state differ
+        from those tether asked about is refused here (the approver would be granting a call
+        they were not shown)."""
+        if not isinstance(approver, Identity) or approver.credential_id is None:
+            raise CredentialRefused(
+                "turning a client's decision into a tether approval needs an authenticated "
+                "approver: pass tether.identity.authenticate(store, token, 'approver')",
+                reasons=("no credential",),
+            )
+        decided: list[Approval] = []
+        for item in state.get_interruptions():
+            choice = _client_decision(state, item)
+            if choice is None:
+                continue
+            approval = self.gate.approval_for(self.run_id, item.call_id or "")
+            if approval is None or approval.status is not ApprovalStatus.PENDING:
+                continue  # decided already (or never asked): the gate's check stands
+            self._check_same_call(approval, item)
+            if choice:
+                decided.append(self.gate.approve(approval.approval_id, approver, reason=reason))
+            else:
+                decided.append(self.gate.deny(approval.approval_id, approver, reason=reason))
+        return decided
+
+    def _check_same_call(self, approval: Approval, item: ToolApprovalItem) -> None:
+        try:
+            arguments = json.loads(item.arguments or "{}")
+        except ValueError:
+            arguments = None
+        tool = self.gate.registry.find(approval.tool)
+        if isinstance(arguments, dict) and tool is not None and tool.manifest.tenant_parts:
+            arguments = fill_tenant(arguments, tool.manifest.tenant_parts, self.principal.tenant)
+        same = (
+            isinstance(arguments, dict)
+            and item.name == approval.tool
+            and "sha256:" + sha256_hex(canonical_json(arguments)) == approval.argument_digest
+        )
+        if not same:
+            raise ApprovalStateError(
+                f"the state's call {item.call_id} ({item.name}) differs from the call tether "
+                f"asked approval {approval.approval_id} for; nothing was approved — decide "
+                f"what tether shows: tether approvals show {approval.approval_id}"
+            )
+
+    def _agent(self) -> Agent[Any]:
+        if self.agent is None:
+            raise ConfigurationError(
+                "govern() was given a tool list; put governed.tools in your Agent and call "
+                "Runner.run yourself"
+            )
+        return self.agent
+
+
+def govern(
+    agent_or_tools: Agent[Any] | Iterable[Any],
+    gate: Gate,
+    *,
+    principal: Principal,
+    conversation: str,
+    budget: Budget | None = None,
+) -> Governed:
+    """Put ``gate`` under every function tool of an agent (in place, nested agents and
+    handoffs included) or of a tool list (``Governed.tools``); see the module docstring."""
+    return Governed(
+        agent_or_tools, gate, principal=principal, conversation=conversation, budget=budget
+    )
+
+
+def _client_decision(state: RunState[Any, Any], item: ToolApprovalItem) -> bool | None:
+    """What the client decided in ``state`` for ``item`` (None: nothing). The SDK keeps
+    decisions in the state's context, or in the nested state of an agent used as a tool,
+    and offers no public reader for either."""
+    if item.name is None or item.call_id is None:
+        return None
+    nested = state._find_nested_approval_state(item)
+    owner, owned = nested if nested is not None else (state, item)
+    context = owner._context
+    if context is None or owned.name is None or owned.call_id is None:
+        return None
+    return context.is_tool_approved(owned.name, owned.call_id)
+
+
+def _request_if_asked(gate: Gate, run_id: str, call: ToolCall) -> bool:
+    """Whether the gate would ask for ``call``; if so the request is recorded (as
+    ``gate.call`` records it) and nothing runs. Any other verdict — allow, a grant, a
+    replay, a refusal — is left to ``gate.call`` in the tool body, which acts on it."""
+    now = gate.clock()
+    with gate.store.transaction() as tx:
+        plan = plan_call(
+            call,
+            tx.call_view(run_id, call.call_id),
+            run_id=run_id,
+            registry=gate.registry,
+            policy=gate.policy,
+            seals=gate.store.keys,
+            now=now,
+            mint=new_id,
+        )
+        if not isinstance(plan, Ask):
+            return False
+        apply(tx, run_id, now, plan.writes)
+    return True

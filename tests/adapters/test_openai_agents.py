@@ -1,0 +1,466 @@
+"""The OpenAI Agents SDK under tether, with the real SDK and its own scripted model (offline):
+every function tool call passes the gate, tether's "ask" is the SDK's interruption, and the
+decisions a client puts in ``RunState`` are requests that run nothing without tether's grant.
+
+A witness list outside tether counts how often each tool body really ran."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunResult, RunState, Tool, function_tool, handoff
+from agents._tool_invocation import tool_invocation_identity
+from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.tracing import set_tracing_disabled
+
+from tether import Gate, Policy, Principal, Registry
+from tether.adapters.openai_agents import Governed, govern, register, run_id_for
+from tether.approvals import ApprovalStatus
+from tether.errors import ApprovalStateError, ConfigurationError, CredentialRefused, RunStateError
+from tether.identity import Identity, add_identity, authenticate
+from tether.ledger import EffectStatus
+from tether.store import SQLiteStore, Store
+
+set_tracing_disabled(True)  # offline: no trace export
+
+WRITE = {"path": "notes.txt", "text": "hello"}
+TENANT = "acme"
+PRINCIPAL = Principal(subject="agent-1", tenant=TENANT, scopes=frozenset())
+
+
+@dataclass
+class World:
+    """One SQLite store; each ``open`` builds the agent, registry and gate afresh, as a
+    process resuming the conversation would."""
+
+    db: Path
+    ran: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    stores: list[Store] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.db}"
+
+    def tools(self) -> list[Tool]:
+        ran = self.ran
+
+        @function_tool
+        def read_file(path: str) -> str:
+            """Read a file."""
+            ran.append(("read_file", {"path": path}))
+            return f"contents of {path}"
+
+        @function_tool
+        def write_file(path: str, text: str) -> str:
+            """Write a file."""
+            ran.append(("write_file", {"path": path, "text": text}))
+            return f"wrote {len(text)} bytes to {path}"
+
+        @function_tool
+        def delete_file(path: str) -> str:
+            """Delete a file."""
+            ran.append(("delete_file", {"path": path}))
+            return f"deleted {path}"
+
+        return [read_file, write_file, delete_file]
+
+    def open(
+        self, steps: list[Any], *, conversation: str = "ticket-1", nested: str | None = None
+    ) -> tuple[Governed, ScriptedModel]:
+        model = ScriptedModel(steps)
+        tools = self.tools()
+        if nested == "as_tool":
+            inner = Agent(name="files", model=model, tools=tools)
+            agent = Agent(
+                name="boss",
+                model=model,
+                tools=[inner.as_tool("ask_files", "Delegate file work.")],
+            )
+        elif nested == "handoff":
+            inner = Agent(name="files", model=model, tools=tools)
+            agent = Agent(name="triage", model=model, handoffs=[handoff(inner)])
+        else:
+            agent = Agent(name="writer", model=model, tools=tools)
+        registry = Registry()
+        register(
+            registry,
+            agent,
+            risk={"read_file": "read", "write_file": "write", "delete_file": "irreversible"},
+        )
+        store = SQLiteStore(self.url)
+        self.stores.append(store)
+        policy = Policy(version="files-1", approvers=frozenset({"alice"}))
+        gate = Gate(registry, policy, store)
+        return govern(agent, gate, principal=PRINCIPAL, conversation=conversation), model
+
+    def approver(self, name: str = "alice", tenant: str = TENANT) -> tuple[Identity, str]:
+        _, token = add_identity(self.stores[0], name, "approver", now=time.time(), tenants=[tenant])
+        return authenticate(self.stores[0], token, "approver"), token
+
+    def writes(self) -> int:
+        return sum(1 for name, _ in self.ran if name != "read_file")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path / "tether.db")
+    yield w
+    for store in w.stores:
+        store.close()
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def said(n: int = 3) -> list[Any]:
+    return [[assistant_message(f"done {i}")] for i in range(n)]
+
+
+def tool_outputs(model: ScriptedModel) -> dict[str, str]:
+    """What the model was told for each call, as of its last turn."""
+    last = model.last_call
+    assert last is not None
+    items = last.input if isinstance(last.input, list) else []
+    return {
+        item["call_id"]: str(item["output"])
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+
+
+def interrupted(governed: Governed) -> RunResult:
+    result: RunResult = run(governed.run("save the note"))
+    assert [i.call_id for i in result.interruptions] == ["w1"]
+    return result
+
+
+def approve_all(result: RunResult) -> str:
+    state = result.to_state()
+    for item in state.get_interruptions():
+        state.approve(item)
+    return state.to_string()
+
+
+WRITE_TURN = [function_call("write_file", WRITE, call_id="w1")]
+
+
+# -- the ordinary flows ----------------------------------------------------------------------------
+def test_an_allowed_read_runs_once_without_asking(world: World) -> None:
+    governed, model = world.open(
+        [[function_call("read_file", {"path": "a"}, call_id="r1")], *said()]
+    )
+    result = run(governed.run("read a"))
+    assert result.interruptions == [] and result.final_output == "done 0"
+    assert world.ran == [("read_file", {"path": "a"})]
+    assert tool_outputs(model) == {"r1": "contents of a"}
+    with world.stores[0].read() as tx:
+        effect = tx.effect_for_call(governed.run_id, "r1")
+    assert effect is not None and effect.status is EffectStatus.COMMITTED
+    assert governed.run_id == run_id_for("ticket-1")
+
+
+def test_a_write_asks_is_approved_from_another_process_then_resumes_once(
+    world: World, tmp_path: Path
+) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    (approval,) = governed.pending(result)
+    assert approval.status is ApprovalStatus.PENDING and approval.tool == "write_file"
+    assert dict(approval.arguments) == WRITE and world.ran == []
+    state_text = result.to_state().to_string()  # the client keeps it; no decision in it
+
+    # The approver decides with their credential in another process, through the CLI.
+    _, token = world.approver()
+    env = {**os.environ, "TETHER_APPROVER_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "approvals", "approve", approval.approval_id,
+         "--db", world.url],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    # A fresh agent and gate (as a new process would build) resume the serialized state.
+    again, model = world.open(said())
+    finished = run(again.resume(state_text))
+    assert finished.final_output == "done 0"
+    assert world.ran == [("write_file", WRITE)]
+    assert tool_outputs(model)["w1"] == "wrote 5 bytes to notes.txt"
+    used = again.gate.approval_for(again.run_id, "w1")
+    assert used is not None and used.status is ApprovalStatus.USED
+    assert used.approver == "alice" and used.approver_credential is not None
+
+
+def test_a_client_approval_with_a_credential_is_recorded_and_runs_once(world: World) -> None:
+    governed, _ = world.open([WRITE_TURN, *said()])
+    state_text = approve_all(interrupted(governed))
+    who, _ = world.approver()
+    finished = run(governed.resume(state_text, approver=who))
+    assert finished.final_output == "done 0" and world.ran == [("write_file", WRITE)]
+    decided = governed.gate.approval_for(governed.run_id, "w1")
+    assert decided is not None and decided.approver_credential == who.credential_id
+
+
+def test_a_client_approval_without_a_credential_runs_nothing(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    state_text = approve_all(interrupted(governed))
+    run(governed.resume(state_text))  # "approved" in the state only
+    assert world.ran == []
+    assert "not approved in tether" in tool_outputs(model)["w1"]
+    pending = governed.gate.approval_for(governed.run_id, "w1")
+    assert pending is not None and pending.status is ApprovalStatus.PENDING
+
+
+def test_a_name_is_not_a_credential(world: World) -> None:
+    governed, _ = world.open([WRITE_TURN, *said()])
+    state_text = approve_all(interrupted(governed))
+    with pytest.raises(CredentialRefused, match="authenticated approver"):
+        run(governed.resume(state_text, approver=Identity.trusted("alice")))
+    assert world.ran == []
+
+
+def test_a_denial_reaches_the_model_and_nothing_runs(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    state = result.to_state()
+    (item,) = state.get_interruptions()
+    state.reject(item, rejection_message="Not on Fridays.")
+    who, _ = world.approver()
+    run(governed.resume(state.to_string(), approver=who, reason="not on Fridays"))
+    assert world.ran == []
+    assert tool_outputs(model)["w1"] == "Not on Fridays."
+    denied = governed.gate.approval_for(governed.run_id, "w1")
+    assert denied is not None and denied.status is ApprovalStatus.DENIED
+    assert denied.reason == "not on Fridays"
+
+
+def test_a_denial_made_in_tether_reaches_the_model(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    (approval,) = governed.pending(result)
+    who, _ = world.approver()
+    governed.gate.deny(approval.approval_id, who, reason="use the shared drive")
+    run(governed.resume(result.to_state().to_string()))  # the client decided nothing
+    assert world.ran == []
+    told = tool_outputs(model)["w1"]
+    assert "denied by alice: use the shared drive" in told
+
+
+def test_the_same_approved_state_resumed_twice_runs_the_tool_once(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    state_text = approve_all(interrupted(governed))
+    who, _ = world.approver()
+    run(governed.resume(state_text, approver=who))
+    again, model = world.open(said())
+    run(again.resume(state_text, approver=who))
+    assert world.ran == [("write_file", WRITE)]
+    # The second resume got the recorded outcome, not a second execution.
+    assert tool_outputs(model)["w1"] == "wrote 5 bytes to notes.txt"
+
+
+def test_two_resumes_of_one_approved_state_at_once_run_the_tool_once(world: World) -> None:
+    governed, _ = world.open([WRITE_TURN, *said()])
+    state_text = approve_all(interrupted(governed))
+    who, _ = world.approver()
+    governed.decide(run(RunState.from_string(governed._agent(), state_text)), who)
+    first, _ = world.open(said())
+    second, _ = world.open(said())
+
+    async def both() -> None:
+        await asyncio.gather(first.resume(state_text), second.resume(state_text))
+
+    run(both())
+    assert world.ran == [("write_file", WRITE)]
+
+
+def test_a_sibling_call_survives_the_pause(world: World) -> None:
+    turn = [function_call("read_file", {"path": "a"}, call_id="r1"), *WRITE_TURN]
+    governed, model = world.open([turn, *said()])
+    result = run(governed.run("read then write"))
+    assert [i.call_id for i in result.interruptions] == ["w1"]
+    assert world.ran == [("read_file", {"path": "a"})]
+    who, _ = world.approver()
+    run(governed.resume(approve_all(result), approver=who))
+    assert world.ran == [("read_file", {"path": "a"}), ("write_file", WRITE)]
+    assert tool_outputs(model) == {
+        "r1": "contents of a",
+        "w1": "wrote 5 bytes to notes.txt",
+    }
+
+
+# -- a client that edits its state -----------------------------------------------------------------
+def edit_call(state_text: str, call_id: str, *, arguments: dict[str, Any] | None = None,
+              new_call_id: str | None = None) -> str:  # fmt: skip
+    """The serialized state with a pending call rewritten everywhere it appears, and the
+    SDK's (unkeyed) fingerprint of it recomputed, as anyone holding the JSON can."""
+    data = json.loads(state_text)
+    target = new_call_id or call_id
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if node.get("call_id") == call_id and "arguments" in node:
+                if arguments is not None:
+                    node["arguments"] = json.dumps(arguments, separators=(",", ":"))
+                node["call_id"] = target
+                if node.get("id") == call_id:
+                    node["id"] = target
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [target if v == call_id else walk(v) for v in node]
+        return node
+
+    data = walk(data)
+    invocations = data["context"]["tool_invocations"]
+    record = invocations.pop(call_id)
+    raw = {
+        "type": "function_call",
+        "call_id": target,
+        "name": "write_file",
+        "arguments": json.dumps(arguments or WRITE, separators=(",", ":")),
+    }
+    identity = tool_invocation_identity(raw)
+    assert identity is not None
+    record["fingerprint"] = identity[2]
+    invocations[target] = record
+    return json.dumps(data)
+
+
+def test_a_rejection_flipped_to_an_approval_is_refused(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    who, _ = world.approver()
+    (approval,) = governed.pending(result)
+    governed.gate.deny(approval.approval_id, who, reason="no")
+    # The client flips the denial into an approval in its own state and resumes.
+    run(governed.resume(approve_all(result)))
+    assert world.ran == []
+    assert "tether refused write_file" in tool_outputs(model)["w1"]
+    assert "denied" in tool_outputs(model)["w1"]
+
+
+def test_arguments_changed_after_the_approval_are_refused(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    who, _ = world.approver()
+    (approval,) = governed.pending(result)
+    governed.gate.approve(approval.approval_id, who)  # granted for WRITE, exactly
+    evil = {"path": "/etc/passwd", "text": "pwned"}
+    run(governed.resume(edit_call(approve_all(result), "w1", arguments=evil)))
+    assert world.ran == []
+    assert "tether refused write_file" in tool_outputs(model)["w1"]
+
+
+def test_changed_arguments_are_not_approved_with_a_credential_either(world: World) -> None:
+    governed, _ = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    who, _ = world.approver()
+    evil = {"path": "/etc/passwd", "text": "pwned"}
+    tampered = edit_call(approve_all(result), "w1", arguments=evil)
+    with pytest.raises(ApprovalStateError, match="differs from the call tether"):
+        run(governed.resume(tampered, approver=who))
+    assert world.ran == []
+    still = governed.gate.approval_for(governed.run_id, "w1")
+    assert still is not None and still.status is ApprovalStatus.PENDING
+
+
+def test_an_old_approval_replayed_onto_a_new_call_is_refused(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    who, _ = world.approver()
+    run(governed.resume(approve_all(interrupted(governed)), approver=who))
+    assert world.writes() == 1
+    # Next turn: a new call (w2) is pending; the client reuses its approved one (w1).
+    second = [function_call("write_file", {"path": "x", "text": "other"}, call_id="w2")]
+    governed, model = world.open([second, *said()])
+    result = run(governed.run("again"))
+    assert [i.call_id for i in result.interruptions] == ["w2"]
+    replayed = edit_call(approve_all(result), "w2", arguments=WRITE, new_call_id="w1")
+    run(governed.resume(replayed))
+    # w1's recorded outcome is replayed; w2's arguments never ran under w1's grant.
+    assert world.writes() == 1
+    changed = edit_call(
+        approve_all(result), "w2", arguments={"path": "x", "text": "other"}, new_call_id="w1"
+    )
+    governed, model = world.open(said())
+    run(governed.resume(changed))
+    assert world.writes() == 1
+    assert "tether refused write_file" in tool_outputs(model)["w1"]
+    assert (
+        "already recorded" in tool_outputs(model)["w1"]
+        or "conflict" in tool_outputs(model)["w1"].lower()
+    )
+
+
+def test_an_approval_for_a_call_tether_never_asked_about_grants_nothing(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    tampered = edit_call(approve_all(result), "w1", new_call_id="w9")
+    run(governed.resume(tampered))
+    assert world.ran == []
+    assert "not approved in tether" in tool_outputs(model)["w9"]
+
+
+# -- nested agents and handoffs --------------------------------------------------------------------
+def test_an_agent_used_as_a_tool_has_its_tools_governed(world: World) -> None:
+    steps = [
+        [function_call("ask_files", {"input": "save it"}, call_id="a1")],
+        WRITE_TURN,
+        *said(),
+    ]
+    governed, _ = world.open(steps, nested="as_tool")
+    result = run(governed.run("delegate"))
+    assert [i.call_id for i in result.interruptions] == ["w1"] and world.ran == []
+    (approval,) = governed.pending(result)
+    assert approval.tool == "write_file"
+    who, _ = world.approver()
+    run(governed.resume(approve_all(result), approver=who))
+    assert world.ran == [("write_file", WRITE)]
+
+
+def test_a_handoff_target_has_its_tools_governed(world: World) -> None:
+    steps = [
+        [function_call("transfer_to_files", {}, call_id="h1")],
+        WRITE_TURN,
+        *said(),
+    ]
+    governed, _ = world.open(steps, nested="handoff")
+    result = run(governed.run("hand over"))
+    assert [i.call_id for i in result.interruptions] == ["w1"] and world.ran == []
+    run(governed.resume(approve_all(result)))  # no credential, no tether grant
+    assert world.ran == []
+
+
+# -- bad set-up -----------------------------------------------------------------------------------
+def test_a_tool_without_a_risk_tier_is_refused(world: World) -> None:
+    agent = Agent(name="w", tools=world.tools())
+    with pytest.raises(ConfigurationError, match="give tool 'write_file' a risk tier"):
+        register(Registry(), agent, risk={"read_file": "read", "delete_file": "admin"})
+
+
+def test_an_unregistered_tool_is_refused(world: World) -> None:
+    agent = Agent(name="w", tools=world.tools())
+    store = SQLiteStore(world.url)
+    world.stores.append(store)
+    gate = Gate(Registry(), None, store)
+    with pytest.raises(ConfigurationError, match="registry has no delete_file, read_file"):
+        govern(agent, gate, principal=PRINCIPAL, conversation="c")
+
+
+def test_another_principal_cannot_take_over_a_conversation(world: World) -> None:
+    governed, _ = world.open(said())
+    other = Principal(subject="intruder", tenant="globex", scopes=frozenset())
+    agent = Agent(name="w", tools=world.tools())
+    with pytest.raises(RunStateError, match="acts for agent-1 in tenant acme"):
+        govern(agent, governed.gate, principal=other, conversation="ticket-1")
