@@ -19,6 +19,7 @@ OUTER = (
     "tether.compat",
     "tether.models.openai",
     "tether.models.anthropic",
+    "tether.adapters.pydantic_ai",
 )
 
 
