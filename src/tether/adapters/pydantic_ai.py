@@ -75,6 +75,10 @@ from tether.tools import Registry
 __all__ = ["GovernedToolset", "ResumeRefused", "Tether", "deferred_results", "registry_toolset"]
 
 RUN_PREFIX = "pydantic-ai-"
+# The metadata of a call sent back "approved" only so that the gate judges it again (Pydantic
+# AI wants a result for every deferred call): a pending one waits again, an expired one is
+# asked anew. It claims nothing, so anyone may set it.
+ASK_AGAIN = "tether_ask_again"
 
 RunIdSource = str | Callable[[RunContext[Any]], str] | None
 PrincipalSource = Principal | Callable[[RunContext[Any]], Principal]
@@ -162,8 +166,9 @@ class GovernedToolset(WrapperToolset[Any]):
             raise ConfigurationError(f"Pydantic AI called '{name}' without a tool call id")
         self._ensure_run(ctx, run_id)
         # ``ctx.tool_call_approved`` is the client's claim, not a grant: the gate decides, and
-        # a claim tether does not back is refused rather than quietly waited on.
-        claimed = ctx.tool_call_approved
+        # a claim tether does not back is refused rather than quietly waited on. A call sent
+        # back to be asked again claims nothing.
+        claimed = ctx.tool_call_approved and not asks_again(ctx.tool_call_metadata)
         try:
             outcome = self.gate.call(
                 run_id, ToolCall(call_id=call_id, tool=name, arguments=tool_args)
@@ -228,6 +233,10 @@ class GovernedToolset(WrapperToolset[Any]):
         self._started.add(run_id)
 
 
+def asks_again(metadata: Any) -> bool:
+    return isinstance(metadata, Mapping) and metadata.get(ASK_AGAIN) is True
+
+
 def check_history(gate: Gate, run_id: str, messages: Sequence[ModelMessage]) -> None:
     """Refuse a history whose tool results for governed tools are not the ones tether's
     ledger recorded for the same call ids in ``run_id``."""
@@ -275,10 +284,15 @@ def _disagreement(gate: Gate, part: ToolReturnPart, effect: Effect | None) -> st
 
 
 def check_results(
-    gate: Gate, run_id: str, response: ModelResponse, results: Mapping[str, ResumeResult]
+    gate: Gate,
+    run_id: str,
+    response: ModelResponse,
+    results: Mapping[str, ResumeResult],
+    metadata: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Refuse deferred tool results that disagree with tether, before any call is made."""
     calls = {call.tool_call_id: call for call in response.tool_calls}
+    metadata = metadata or {}
     for call_id, result in results.items():
         call = calls.get(call_id)
         if result == "skip" or call is None or call.tool_name not in gate.registry:
@@ -297,7 +311,8 @@ def check_results(
                 "a call's arguments is an edit an approver makes in tether (Gate.edit), not "
                 "the client; nothing ran"
             )
-        _check_grant(gate, run_id, call_id, call.tool_name, call.args_as_dict())
+        if not asks_again(metadata.get(call_id)):
+            _check_grant(gate, run_id, call_id, call.tool_name, call.args_as_dict())
 
 
 def _check_grant(
@@ -364,7 +379,13 @@ class Tether(AbstractCapability[Any]):
     async def before_node_run(self, ctx: RunContext[Any], *, node: Any) -> Any:
         if isinstance(node, CallToolsNode) and node.tool_call_results:
             run_id = run_id_for(ctx, self.run_id)
-            check_results(self.gate, run_id, node.model_response, node.tool_call_results)
+            check_results(
+                self.gate,
+                run_id,
+                node.model_response,
+                node.tool_call_results,
+                node.tool_call_metadata,
+            )
             check_history(self.gate, run_id, ctx.messages)
         return node
 
@@ -375,9 +396,11 @@ class Tether(AbstractCapability[Any]):
 
 def deferred_results(gate: Gate, requests: DeferredToolRequests) -> DeferredToolResults:
     """The ``DeferredToolResults`` tether's decisions make: approved calls approved, denied
-    ones denied with the approver's reason (which reaches the model), and calls still
-    pending left out (resuming asks again, under the same approval)."""
+    ones denied with the approver's reason (which reaches the model), and the others (still
+    pending, expired) sent back to be asked again: a resume waits again for a pending
+    approval, and asks anew for an expired one."""
     approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
+    metadata: dict[str, dict[str, Any]] = {}
     for call in requests.approvals:
         pointer = requests.metadata.get(call.tool_call_id, {}).get("tether_approval_id")
         if not isinstance(pointer, str):
@@ -399,4 +422,7 @@ def deferred_results(gate: Gate, requests: DeferredToolRequests) -> DeferredTool
                 approval.approval_id, approval.tool, approval.approver, approval.reason
             )
             approvals[call.tool_call_id] = ToolDenied(str(denied))
-    return DeferredToolResults(approvals=approvals)
+        else:
+            approvals[call.tool_call_id] = ToolApproved()
+            metadata[call.tool_call_id] = {ASK_AGAIN: True}
+    return DeferredToolResults(approvals=approvals, metadata=metadata)
