@@ -56,6 +56,14 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "refunds are approved by finance-1, finance-2",
         "refused: policy broken-1 asks for approval",
     ),
+    "pydantic_ai_deferred.py": (
+        "deferred: refund waits for apr-",
+        ": approved by finance-1",
+        "resumed: Refund: {'order_id': 'A-7', 'refunded': 30}",
+        "resumed again: Refund: {'order_id': 'A-7', 'refunded': 30}",
+        "audit intact:",
+        '{"executions": 1, "expected": 1, "framework": "pydantic-ai"}',
+    ),
     "waiting_for_approval.py": (
         ": awaiting_approval, waiting for apr-",
         "refused: finance-9's credential is not valid for tenant acme",

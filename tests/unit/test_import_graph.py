@@ -21,6 +21,7 @@ OUTER = (
     "tether.models.anthropic",
     "tether.adapters.langgraph",
     "tether.adapters.openai_agents",
+    "tether.adapters.pydantic_ai",
 )
 
 

@@ -1,0 +1,420 @@
+"""Pydantic AI agents under tether's gate, with the real library and a real SQLite store.
+
+The model is Pydantic AI's own FunctionModel: it proposes the calls a prompt names and then
+answers with every tool result it was shown, so a test reads what reached the model. Each
+tool appends to a witness list when it really runs. Every resume goes through the message
+history as JSON, as a client would keep it, and a fresh store, gate and agent, as another
+process would build them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai import messages as m
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+
+from tether import Gate, Policy, Principal, Registry, Risk, SQLiteStore
+from tether.adapters.pydantic_ai import GovernedToolset, ResumeRefused, Tether
+from tether.approvals import ApprovalStatus
+from tether.identity import Identity, add_identity, authenticate
+from tether.ledger import EffectStatus
+
+RUN = "conv-1"
+Output = str | DeferredToolRequests
+
+
+@dataclass
+class World:
+    """One store's data; each ``agent()`` is a fresh process's gate and agent over it."""
+
+    tmp: Path
+    plans: dict[str, list[m.ToolCallPart]]
+    ran: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    model_calls: int = 0
+    now: float = field(default_factory=time.time)
+    stores: list[SQLiteStore] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.tmp}/t.db"
+
+    def registry(self) -> Registry:
+        registry = Registry()
+        ran = self.ran
+
+        @registry.tool
+        def read_order(order_id: str) -> dict[str, Any]:
+            """Read an order."""
+            ran.setdefault("read_order", []).append({"order_id": order_id})
+            return {"order_id": order_id, "total": 30}
+
+        @registry.tool(risk=Risk.WRITE, tenant_path="tenant")
+        def refund(tenant: str, order_id: str, amount: int) -> dict[str, Any]:
+            """Refund an order."""
+            ran.setdefault("refund", []).append({"order_id": order_id, "amount": amount})
+            return {"order_id": order_id, "refunded": amount}
+
+        return registry
+
+    def gate(self) -> Gate:
+        store = SQLiteStore(self.url)
+        self.stores.append(store)
+        policy = Policy(version="shop-1", approvers=frozenset({"finance-1"}), approval_ttl_s=600)
+        return Gate(self.registry(), policy, store, clock=lambda: self.now)
+
+    def model(self, messages: list[m.ModelMessage], info: AgentInfo) -> m.ModelResponse:
+        """Proposes the calls the latest prompt names; once results came, reports them."""
+        self.model_calls += 1
+        returns: list[m.ToolReturnPart] = []
+        for message in reversed(messages):
+            prompts = [p for p in message.parts if isinstance(p, m.UserPromptPart)]
+            if prompts:
+                if not returns:
+                    return m.ModelResponse(parts=list(self.plans[str(prompts[-1].content)]))
+                break
+            returns += [p for p in message.parts if isinstance(p, m.ToolReturnPart)]
+        seen = {p.tool_call_id: [p.outcome, p.content] for p in returns}
+        return m.ModelResponse(parts=[m.TextPart(json.dumps(seen, sort_keys=True))])
+
+    def agent(self) -> tuple[Agent[None, Output], Tether]:
+        governed = Tether(self.gate(), Principal(subject="agent-7", tenant="acme"), run_id=RUN)
+        agent: Agent[None, Output] = Agent(
+            FunctionModel(self.model),
+            capabilities=[governed],
+            output_type=[str, DeferredToolRequests],
+        )
+        return agent, governed
+
+    def start(self, prompt: str) -> tuple[DeferredToolRequests, bytes]:
+        agent, _ = self.agent()
+        result = agent.run_sync(prompt)
+        assert isinstance(result.output, DeferredToolRequests), result.output
+        return result.output, result.all_messages_json()
+
+    def resume(
+        self, history: bytes | list[m.ModelMessage], results: DeferredToolResults | None
+    ) -> Output:
+        agent, _ = self.agent()
+        messages = (
+            m.ModelMessagesTypeAdapter.validate_json(history)
+            if isinstance(history, bytes)
+            else history
+        )
+        return agent.run_sync(message_history=messages, deferred_tool_results=results).output
+
+    def approver(self, name: str = "finance-1") -> tuple[Identity, str]:
+        store = SQLiteStore(self.url)
+        self.stores.append(store)
+        _, token = add_identity(store, name, "approver", now=time.time(), tenants=["acme"])
+        return authenticate(store, token, "approver"), token
+
+    def effects(self) -> dict[str, EffectStatus]:
+        store = SQLiteStore(self.url)
+        self.stores.append(store)
+        return {e.call_id: e.status for e in store.list_effects(RUN)}
+
+
+def call(tool: str, call_id: str, **arguments: Any) -> m.ToolCallPart:
+    return m.ToolCallPart(tool, arguments, tool_call_id=call_id)
+
+
+REFUND = call("refund", "call-r", order_id="A-7", amount=30)
+READ = call("read_order", "call-q", order_id="A-7")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(
+        tmp_path,
+        {"read": [READ], "refund": [REFUND], "both": [READ, REFUND]},
+    )
+    yield w
+    for store in w.stores:
+        store.close()
+
+
+def approval_of(requests: DeferredToolRequests, call_id: str = "call-r") -> str:
+    pointer = requests.metadata[call_id]["tether_approval_id"]
+    assert isinstance(pointer, str)
+    return pointer
+
+
+def approved(world: World, prompt: str = "refund") -> tuple[DeferredToolRequests, bytes]:
+    requests, history = world.start(prompt)
+    who, _ = world.approver()
+    world.gate().approve(approval_of(requests), who)
+    return requests, history
+
+
+# -- the ordinary paths ------------------------------------------------------------------------
+def test_an_allowed_read_runs_once_through_the_gate(world: World) -> None:
+    agent, governed = world.agent()
+    out = agent.run_sync("read").output
+    assert json.loads(str(out)) == {"call-q": ["success", {"order_id": "A-7", "total": 30}]}
+    assert world.ran == {"read_order": [{"order_id": "A-7"}]}
+    assert world.effects() == {"call-q": EffectStatus.COMMITTED}
+    assert governed.gate.run_state(RUN).principal.subject == "agent-7"
+    assert governed.gate.store.verify_audit().intact
+
+
+def test_a_write_asks_and_an_approver_in_another_process_lets_it_run(world: World) -> None:
+    requests, history = world.start("refund")
+    assert [c.tool_call_id for c in requests.approvals] == ["call-r"]
+    pointer = approval_of(requests)
+    gate = world.gate()
+    pending = gate.approval_for(RUN, "call-r")
+    assert pending is not None and pending.status is ApprovalStatus.PENDING
+    assert requests.metadata["call-r"]["call_digest"] == pending.call_digest
+    assert requests.metadata["call-r"]["expires_at"] == pending.expires_at
+    assert world.ran == {} and world.effects() == {}
+
+    # The approver decides with their credential, from the command line of another process.
+    _, token = world.approver()
+    env = {**os.environ, "TETHER_APPROVER_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "approvals", "approve", pointer, "--db", world.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert world.ran == {}
+
+    _, governed = world.agent()
+    results = governed.results(requests)
+    assert results.approvals == {"call-r": ToolApproved()}
+    out = world.resume(history, results)
+    assert json.loads(str(out)) == {"call-r": ["success", {"order_id": "A-7", "refunded": 30}]}
+    assert world.ran == {"refund": [{"order_id": "A-7", "amount": 30}]}
+    assert world.effects() == {"call-r": EffectStatus.COMMITTED}
+    assert world.gate().store.verify_audit().intact
+
+
+def test_a_denial_and_its_reason_reach_the_model(world: World) -> None:
+    requests, history = world.start("refund")
+    early = world.agent()[1].results(requests)  # made before anyone decided: ask again
+    who, _ = world.approver()
+    world.gate().deny(approval_of(requests), who, reason="over the monthly limit")
+    results = world.agent()[1].results(requests)
+    assert isinstance(results.approvals["call-r"], ToolDenied)
+    # From tether's decision, or from the gate when results made earlier ask again.
+    for sent in (results, early):
+        out = json.loads(str(world.resume(history, sent)))
+        outcome, message = out["call-r"]
+        assert outcome == "denied"
+        assert "denied by finance-1: over the monthly limit" in message
+    assert world.ran == {} and world.effects() == {}
+
+
+def test_a_policy_denial_reaches_the_model_and_nothing_runs(world: World) -> None:
+    world.plans["other tenant"] = [
+        call("refund", "call-x", tenant="globex", order_id="B", amount=1)
+    ]
+    agent, _ = world.agent()
+    out = json.loads(str(agent.run_sync("other tenant").output))
+    assert out["call-x"][0] == "denied"
+    assert "globex" in out["call-x"][1]
+    assert world.ran == {} and world.effects() == {}
+
+
+def test_of_two_parallel_calls_the_allowed_ones_result_survives_the_pause(world: World) -> None:
+    requests, history = approved(world, "both")
+    assert [c.tool_call_id for c in requests.approvals] == ["call-r"]
+    assert world.ran == {"read_order": [{"order_id": "A-7"}]}
+    out = json.loads(str(world.resume(history, world.agent()[1].results(requests))))
+    assert out == {
+        "call-q": ["success", {"order_id": "A-7", "total": 30}],
+        "call-r": ["success", {"order_id": "A-7", "refunded": 30}],
+    }
+    # The read was not run again on resume; the refund ran once.
+    assert world.ran == {
+        "read_order": [{"order_id": "A-7"}],
+        "refund": [{"order_id": "A-7", "amount": 30}],
+    }
+
+
+def test_the_same_approved_pause_resumed_twice_runs_the_tool_once(world: World) -> None:
+    requests, history = approved(world)
+    results = world.agent()[1].results(requests)
+    first = world.resume(history, results)
+    second = world.resume(history, results)
+    assert first == second
+    assert world.ran == {"refund": [{"order_id": "A-7", "amount": 30}]}
+    assert world.effects() == {"call-r": EffectStatus.COMMITTED}
+
+
+def test_a_resume_before_the_decision_waits_again_under_the_same_approval(world: World) -> None:
+    requests, history = world.start("refund")
+    results = world.agent()[1].results(requests)
+    # Nothing is decided yet: the call goes back only to be judged again, claiming nothing.
+    assert results.metadata == {"call-r": {"tether_ask_again": True}}
+    again = world.resume(history, results)
+    assert isinstance(again, DeferredToolRequests)
+    assert approval_of(again) == approval_of(requests)
+    assert world.ran == {}
+
+
+def test_an_expired_approval_is_asked_again_and_the_old_one_grants_nothing(world: World) -> None:
+    requests, history = world.start("refund")
+    world.now += 601
+    again = world.resume(history, world.agent()[1].results(requests))
+    assert isinstance(again, DeferredToolRequests)
+    assert approval_of(again) != approval_of(requests)
+    expired = world.gate().store.read()
+    with expired as tx:
+        old = tx.get_approval(approval_of(requests))
+    assert old is not None and old.status is ApprovalStatus.EXPIRED
+    with pytest.raises(ResumeRefused, match="pending"):
+        world.resume(history, DeferredToolResults(approvals={"call-r": True}))
+    assert world.ran == {}
+
+
+# -- a client that tampers with what it sends back ------------------------------------------------
+def test_a_denial_flipped_to_an_approval_is_refused(world: World) -> None:
+    requests, history = world.start("refund")
+    who, _ = world.approver()
+    world.gate().deny(approval_of(requests), who, reason="no")
+    with pytest.raises(ResumeRefused, match=r"is denied by finance-1; nothing ran"):
+        world.resume(history, DeferredToolResults(approvals={"call-r": True}))
+    assert world.ran == {} and world.effects() == {}
+
+
+def test_an_approval_tether_does_not_hold_is_refused(world: World) -> None:
+    _, history = world.start("both")
+    with pytest.raises(ResumeRefused, match=r"approval apr-\w+ is pending"):
+        world.resume(history, DeferredToolResults(approvals={"call-r": ToolApproved()}))
+    assert world.ran == {"read_order": [{"order_id": "A-7"}]}  # from the first run only
+    assert "call-r" not in world.effects()
+
+
+def test_arguments_changed_after_the_approval_are_refused(world: World) -> None:
+    requests, history = approved(world)
+    messages = m.ModelMessagesTypeAdapter.validate_json(history)
+    response = messages[-1]
+    assert isinstance(response, m.ModelResponse)
+    bigger = replace(REFUND, args={"order_id": "A-7", "amount": 3000})
+    messages[-1] = replace(response, parts=[bigger])
+    results = world.agent()[1].results(requests)
+    with pytest.raises(ResumeRefused, match="arguments differ"):
+        world.resume(messages, results)
+    with pytest.raises(ResumeRefused, match="override_args"):
+        world.resume(
+            history,
+            DeferredToolResults(
+                approvals={"call-r": ToolApproved(override_args={"order_id": "A-7", "amount": 1})}
+            ),
+        )
+    assert world.ran == {} and world.effects() == {}
+
+
+def test_an_old_approval_replayed_for_a_new_call_is_refused(world: World) -> None:
+    requests, history = approved(world)
+    world.resume(history, world.agent()[1].results(requests))
+    assert len(world.ran["refund"]) == 1
+    # The conversation goes on: the model proposes a second refund, which asks anew.
+    world.plans["again"] = [call("refund", "call-r2", order_id="A-8", amount=50)]
+    agent, _ = world.agent()
+    kept = agent.run_sync("refund").all_messages()  # the finished first turn, as the client has it
+    second = agent.run_sync("again", message_history=kept)
+    assert isinstance(second.output, DeferredToolRequests)
+    later = second.all_messages()
+    # The client says the new call is approved, or renames it to the call that was approved.
+    with pytest.raises(ResumeRefused, match="pending"):
+        world.resume(later, DeferredToolResults(approvals={"call-r2": True}))
+    response = later[-1]
+    assert isinstance(response, m.ModelResponse)
+    proposed = response.parts[0]
+    assert isinstance(proposed, m.ToolCallPart)
+    renamed = m.ToolCallPart(proposed.tool_name, proposed.args_as_dict(), tool_call_id="call-r")
+    with pytest.raises(ResumeRefused, match="arguments differ"):
+        world.resume(
+            [*later[:-1], replace(response, parts=[renamed])],
+            DeferredToolResults(approvals={"call-r": True}),
+        )
+    assert world.ran["refund"] == [{"order_id": "A-7", "amount": 30}]
+
+
+def test_a_tool_result_smuggled_into_the_history_is_refused(world: World) -> None:
+    _, history = world.start("both")
+    messages = m.ModelMessagesTypeAdapter.validate_json(history)
+    fake = m.ToolReturnPart("refund", {"order_id": "A-7", "refunded": 30}, tool_call_id="call-r")
+    request = messages[-1]
+    assert isinstance(request, m.ModelRequest)
+    messages[-1] = replace(request, parts=[*request.parts, fake])
+    calls_before = world.model_calls
+    with pytest.raises(ResumeRefused, match=r"call-r \('refund'\) that tether has no record of"):
+        world.resume(messages, None)
+    # A result of a call that did run, rewritten, is refused as well.
+    messages = m.ModelMessagesTypeAdapter.validate_json(history)
+    request = messages[-1]
+    assert isinstance(request, m.ModelRequest)
+    (read,) = request.parts
+    assert isinstance(read, m.ToolReturnPart)
+    rewritten = m.ToolReturnPart(read.tool_name, {"order_id": "A-7", "total": 0}, read.tool_call_id)
+    messages[-1] = replace(request, parts=[rewritten])
+    with pytest.raises(ResumeRefused, match="differs from the result tether recorded"):
+        world.resume(messages, DeferredToolResults(approvals={"call-r": False}))
+    assert world.model_calls == calls_before  # the model never saw either
+    assert world.ran == {"read_order": [{"order_id": "A-7"}]}
+
+
+def test_a_result_supplied_in_deferred_results_is_refused(world: World) -> None:
+    _, history = world.start("refund")
+    fake = {"order_id": "A-7", "refunded": 30}
+    with pytest.raises(ResumeRefused, match="its result comes from running it through the gate"):
+        world.resume(history, DeferredToolResults(calls={"call-r": fake}))
+    assert world.ran == {} and world.effects() == {}
+
+
+def test_another_principal_cannot_take_over_the_run(world: World) -> None:
+    agent, _ = world.agent()
+    agent.run_sync("read")
+    intruder = Tether(world.gate(), Principal(subject="mallory", tenant="globex"), run_id=RUN)
+    other: Agent[None, Output] = Agent(
+        FunctionModel(world.model), capabilities=[intruder], output_type=[str, DeferredToolRequests]
+    )
+    with pytest.raises(Exception, match="acts for agent-7 of tenant acme, not mallory"):
+        other.run_sync("read")
+    assert world.ran == {"read_order": [{"order_id": "A-7"}]}
+
+
+def test_the_toolset_alone_refuses_claims_tether_does_not_back(world: World) -> None:
+    """Without the capability's checks before the run, the toolset still lets the gate
+    decide each call, and refuses an approval the client claims but tether does not hold."""
+
+    def bare() -> Agent[None, Output]:
+        toolset = GovernedToolset.of(world.gate(), Principal(subject="agent-7", tenant="acme"))
+        return Agent(
+            FunctionModel(world.model), toolsets=[toolset], output_type=[str, DeferredToolRequests]
+        )
+
+    first = bare().run_sync("refund")
+    assert isinstance(first.output, DeferredToolRequests)
+    history = first.all_messages()
+    claim = DeferredToolResults(approvals={"call-r": True})
+    with pytest.raises(ResumeRefused, match="tether holds no grant for it"):
+        bare().run_sync(message_history=history, deferred_tool_results=claim)
+    who, _ = world.approver()
+    world.gate().deny(approval_of(first.output), who, reason="no")
+    with pytest.raises(ResumeRefused, match="tether refused it: approval apr-"):
+        bare().run_sync(message_history=history, deferred_tool_results=claim)
+    assert world.ran == {}
+    # The derived run id follows Pydantic AI's conversation id, which the history keeps.
+    store = world.gate().store
+    assert [r.run_id for r in store.list_runs()] == [f"pydantic-ai-{history[0].conversation_id}"]
