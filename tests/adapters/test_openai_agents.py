@@ -49,6 +49,7 @@ class World:
     db: Path
     ran: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     stores: list[Store] = field(default_factory=list)
+    now: float = field(default_factory=time.time)  # every gate's clock; a test moves it
 
     @property
     def url(self) -> str:
@@ -102,8 +103,8 @@ class World:
         )
         store = SQLiteStore(self.url)
         self.stores.append(store)
-        policy = Policy(version="files-1", approvers=frozenset({"alice"}))
-        gate = Gate(registry, policy, store)
+        policy = Policy(version="files-1", approvers=frozenset({"alice"}), approval_ttl_s=600)
+        gate = Gate(registry, policy, store, clock=lambda: self.now)
         return govern(agent, gate, principal=PRINCIPAL, conversation=conversation), model
 
     def approver(self, name: str = "alice", tenant: str = TENANT) -> tuple[Identity, str]:
@@ -299,6 +300,86 @@ def test_a_sibling_call_survives_the_pause(world: World) -> None:
         "r1": "contents of a",
         "w1": "wrote 5 bytes to notes.txt",
     }
+
+
+def test_an_edit_in_tether_runs_only_the_edited_call_once(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    (approval,) = governed.pending(result)
+    who, _ = world.approver()
+    edited_args = {"path": "notes.txt", "text": "hello, world"}
+    edited = governed.gate.edit(approval.approval_id, who, edited_args, reason="say more")
+    assert edited.status is ApprovalStatus.APPROVED and edited.call_id != "w1"
+    # The client's state still holds (and even "approves") the original arguments.
+    state_text = approve_all(result)
+    run(governed.resume(state_text))
+    assert world.ran == [("write_file", edited_args)]
+    told = tool_outputs(model)["w1"]
+    assert "alice edited the arguments" in told and "wrote 12 bytes" in told
+    # Resumed again, in a fresh process's gate: the edited call is replayed, not re-run,
+    # and the original arguments never run.
+    again, model = world.open(said())
+    run(again.resume(state_text))
+    assert world.ran == [("write_file", edited_args)]
+    assert "wrote 12 bytes" in tool_outputs(model)["w1"]
+    used = again.gate.approval_for(again.run_id, edited.call_id)
+    assert used is not None and used.status is ApprovalStatus.USED
+    original = again.gate.approval_for(again.run_id, "w1")
+    assert original is not None and original.status is ApprovalStatus.EDITED
+
+
+def test_an_expired_request_cannot_be_approved_and_runs_nothing(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    (approval,) = governed.pending(result)
+    world.now += 601  # past the policy's approval_ttl_s
+    who, _ = world.approver()
+    with pytest.raises(ApprovalStateError, match="expired"):
+        governed.gate.approve(approval.approval_id, who)
+    # The client approves in its state, with a credential: the expired request grants
+    # nothing, the call is asked anew and the model is told it did not run.
+    run(governed.resume(approve_all(result), approver=who))
+    assert world.ran == []
+    assert "not approved in tether" in tool_outputs(model)["w1"]
+    with world.stores[0].read() as tx:
+        old = tx.get_approval(approval.approval_id)
+    assert old is not None and old.status is ApprovalStatus.EXPIRED
+    anew = governed.gate.approval_for(governed.run_id, "w1")
+    assert anew is not None and anew.approval_id != approval.approval_id
+    assert anew.status is ApprovalStatus.PENDING
+
+
+def test_a_grant_resumed_after_it_expired_runs_nothing(world: World) -> None:
+    governed, model = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    (approval,) = governed.pending(result)
+    who, _ = world.approver()
+    governed.gate.approve(approval.approval_id, who)
+    world.now += 601
+    run(governed.resume(result.to_state().to_string()))
+    assert world.ran == []
+    assert "expired" in tool_outputs(model)["w1"]
+
+
+# -- bad resume values -------------------------------------------------------------------------
+# The SDK keys every decision in RunState by the interrupted item's tool name and call id
+# (RunState.approve/reject take the item itself), so "decisions by position" cannot be
+# expressed; a decision keyed to the wrong call id is the replayed-approval case below.
+def test_a_missing_decision_for_one_of_two_pending_calls_is_refused(world: World) -> None:
+    turn = [*WRITE_TURN, function_call("delete_file", {"path": "old.txt"}, call_id="d1")]
+    governed, _ = world.open([turn, *said()])
+    result = run(governed.run("write and delete"))
+    assert [i.call_id for i in result.interruptions] == ["w1", "d1"]
+    state = result.to_state()
+    first = next(i for i in state.get_interruptions() if i.call_id == "w1")
+    state.approve(first)  # d1 is forgotten
+    who, _ = world.approver()
+    with pytest.raises(ApprovalStateError, match=r"decides some pending calls but not d1"):
+        run(governed.resume(state.to_string(), approver=who))
+    assert world.ran == []
+    # Checked before anything was recorded: w1's approval is still undecided.
+    still = governed.gate.approval_for(governed.run_id, "w1")
+    assert still is not None and still.status is ApprovalStatus.PENDING
 
 
 # -- a client that edits its state -----------------------------------------------------------------

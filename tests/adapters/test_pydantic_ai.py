@@ -25,6 +25,7 @@ pytest.importorskip("pydantic_ai")
 
 from pydantic_ai import Agent
 from pydantic_ai import messages as m
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 
@@ -283,6 +284,92 @@ def test_an_expired_approval_is_asked_again_and_the_old_one_grants_nothing(world
     with pytest.raises(ResumeRefused, match="pending"):
         world.resume(history, DeferredToolResults(approvals={"call-r": True}))
     assert world.ran == {}
+
+
+def test_an_edit_in_tether_runs_only_the_edited_call_once(world: World) -> None:
+    requests, history = world.start("refund")
+    who, _ = world.approver()
+    edited = world.gate().edit(
+        approval_of(requests), who, {"order_id": "A-7", "amount": 20}, reason="partial"
+    )
+    assert edited.status is ApprovalStatus.APPROVED and edited.call_id != "call-r"
+    results = world.agent()[1].results(requests)
+    # Pydantic AI's own form of an edit: the call approved with other arguments.
+    assert results.approvals == {
+        "call-r": ToolApproved(override_args={"tenant": "acme", "order_id": "A-7", "amount": 20})
+    }
+    agent, _ = world.agent()
+    messages = m.ModelMessagesTypeAdapter.validate_json(history)
+    finished = agent.run_sync(message_history=messages, deferred_tool_results=results)
+    assert json.loads(str(finished.output)) == {
+        "call-r": ["success", {"order_id": "A-7", "refunded": 20}]
+    }
+    assert world.ran == {"refund": [{"order_id": "A-7", "amount": 20}]}
+    assert world.effects() == {edited.call_id: EffectStatus.COMMITTED}
+    # Resumed again — with tether's results, or a bare approval of the original call that
+    # claims its original arguments — the edited call is replayed; the original never runs.
+    world.resume(history, results)
+    world.resume(history, DeferredToolResults(approvals={"call-r": ToolApproved()}))
+    assert world.ran == {"refund": [{"order_id": "A-7", "amount": 20}]}
+    # The client cannot edit the edit.
+    other = ToolApproved(override_args={"order_id": "A-7", "amount": 30})
+    with pytest.raises(ResumeRefused, match="override_args differ from the edited arguments"):
+        world.resume(history, DeferredToolResults(approvals={"call-r": other}))
+    # The finished history (the edited call's result under the model's call id) is what
+    # tether recorded, so the conversation goes on.
+    agent, _ = world.agent()
+    agent.run_sync("read", message_history=finished.all_messages())
+    assert world.ran["refund"] == [{"order_id": "A-7", "amount": 20}]
+    assert world.ran["read_order"] == [{"order_id": "A-7"}]
+
+
+def test_one_approved_pause_resumed_by_two_processes_at_once_runs_once(
+    world: World, tmp_path: Path
+) -> None:
+    _, history = approved(world)
+    saved = tmp_path / "history.json"
+    saved.write_bytes(history)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    witness = tmp_path / "witness.txt"
+    witness.touch()
+    script = Path(__file__).with_name("pydantic_ai_resumer.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), world.url, str(saved), str(barrier), name, str(witness)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("one", "two")
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for proc, (_, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err
+    assert len(witness.read_text().splitlines()) == 1, witness.read_text()
+    assert world.effects() == {"call-r": EffectStatus.COMMITTED}
+    # Each resumer told its model either the result or that it is another's, in flight.
+    for stdout, _ in outs:
+        outcome, _ = json.loads(stdout.strip().splitlines()[-1])["call-r"]
+        assert outcome in ("success", "failed")
+
+
+# -- bad resume values -----------------------------------------------------------------------
+# DeferredToolResults keys every decision by the model's tool call id (a dict, not a list),
+# so "decisions by position" cannot be expressed; a decision keyed to another call's id is
+# the replayed-approval case below.
+def test_a_missing_decision_for_one_of_two_pending_calls_is_refused(world: World) -> None:
+    world.plans["two"] = [REFUND, call("refund", "call-r2", order_id="A-8", amount=5)]
+    requests, history = world.start("two")
+    assert [c.tool_call_id for c in requests.approvals] == ["call-r", "call-r2"]
+    who, _ = world.approver()
+    world.gate().approve(approval_of(requests), who)
+    calls_before = world.model_calls
+    # Pydantic AI's own check, made before any tool (and tether's checks) runs.
+    with pytest.raises(UserError, match=r"provided for all deferred tool calls.*call-r2"):
+        world.resume(history, DeferredToolResults(approvals={"call-r": True}))
+    assert world.ran == {} and world.effects() == {}
+    assert world.model_calls == calls_before
 
 
 # -- a client that tampers with what it sends back ------------------------------------------------

@@ -336,6 +336,10 @@ class Governed:
             if not isinstance(arguments, dict):
                 return f"tether refused {name}: its arguments are not a JSON object; nothing ran"
             call = ToolCall(call_id=context.tool_call_id, tool=name, arguments=arguments)
+            # An approver's edit in tether replaced this call with another (its own call id
+            # and grant): what runs is the edited call with tether's arguments, never the
+            # ones in the client's state.
+            call, note = await asyncio.to_thread(_as_edited, gate, run_id, call)
             manifest = gate.registry.get(name).manifest
             key = operation_key(run_id, call.call_id, name, manifest.version)
             _ACTIVE[key] = _Invocation(name, original, context, asyncio.get_running_loop())
@@ -350,7 +354,7 @@ class Governed:
                 return f"tether refused {name}: {e}"
             finally:
                 _ACTIVE.pop(key, None)
-            return outcome.result
+            return outcome.result if note is None else f"{note}\n{outcome.result}"
 
         invoke.__tether_original__ = original  # type: ignore[attr-defined]
         return dataclasses.replace(tool, on_invoke_tool=invoke, needs_approval=needs_approval)
@@ -379,10 +383,37 @@ class Governed:
 
         agent = self._agent()
         loaded = await RunState.from_string(agent, state) if isinstance(state, str) else state
+        self._check_every_call_decided(loaded)
         if approver is not None:
             self.decide(loaded, approver, reason=reason)
         self._take_tether_decisions(loaded)
         return await Runner.run(agent, loaded, **kwargs)
+
+    def _check_every_call_decided(self, state: RunState[Any, Any]) -> None:
+        """A state that decides some pending calls but leaves another one undecided (and
+        tether holds no decision for it either) is refused before anything is recorded or
+        run, as a batch of decisions with one missing: resuming would run the decided calls
+        while the forgotten one waits, out of the order the model proposed them in. (The
+        SDK keys each decision by the interrupted item's tool and call id, so decisions by
+        position cannot be expressed in a ``RunState`` at all.)"""
+        items = state.get_interruptions()
+        if not any(_client_decision(state, item) is not None for item in items):
+            return  # nothing decided by the client: tether's own decisions are taken
+        for item in items:
+            if _client_decision(state, item) is not None:
+                continue
+            approval = self.gate.approval_for(self.run_id, item.call_id or "")
+            if approval is None or approval.status in (
+                ApprovalStatus.PENDING,
+                ApprovalStatus.EXPIRED,
+            ):
+                which = f" (tether approval {approval.approval_id})" if approval else ""
+                raise ApprovalStateError(
+                    f"the state decides some pending calls but not {item.call_id} "
+                    f"({item.name}){which}: approve or reject every interrupted call "
+                    "(RunState.approve / reject), or none and let tether's decisions stand; "
+                    "nothing was recorded or run"
+                )
 
     def _take_tether_decisions(self, state: RunState[Any, Any]) -> None:
         """Mark in ``state`` what tether decided for calls the client left undecided: the
@@ -395,7 +426,11 @@ class Governed:
             approval = self.gate.approval_for(self.run_id, item.call_id or "")
             if approval is None:
                 continue
-            if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
+            if approval.status in (
+                ApprovalStatus.APPROVED,
+                ApprovalStatus.USED,
+                ApprovalStatus.EDITED,  # the body runs the edited call, under its own grant
+            ):
                 state.approve(item)  # a used grant: the gate replays the recorded outcome
             elif approval.status is ApprovalStatus.DENIED:
                 why = f": {approval.reason}" if approval.reason else ""
@@ -509,6 +544,26 @@ def _client_decision(state: RunState[Any, Any], item: ToolApprovalItem) -> bool 
     if context is None or owned.name is None or owned.call_id is None:
         return None
     return context.is_tool_approved(owned.name, owned.call_id)
+
+
+def _as_edited(gate: Gate, run_id: str, call: ToolCall) -> tuple[ToolCall, str | None]:
+    """``call``, or the call an approver's edit in tether replaced it with (and the note
+    that tells the model so)."""
+    approval = gate.approval_for(run_id, call.call_id)
+    if approval is None or approval.status is not ApprovalStatus.EDITED:
+        return call, None
+    with gate.store.read() as tx:
+        edited = tx.get_approval(approval.replaced_by or "")
+    if edited is None:
+        raise ApprovalStateError(
+            f"approval {approval.approval_id} was edited, but its replacement "
+            f"{approval.replaced_by} is missing from the store; nothing ran"
+        )
+    note = (
+        f"[tether: {edited.approver} edited the arguments of this call (approval "
+        f"{approval.approval_id} replaced by {edited.approval_id}); it ran as edited]"
+    )
+    return ToolCall(call_id=edited.call_id, tool=call.tool, arguments=dict(edited.arguments)), note
 
 
 def _request_if_asked(gate: Gate, run_id: str, call: ToolCall) -> bool:

@@ -16,6 +16,10 @@ if tether holds the grant for that exact call, a result the client supplies for 
 is refused, and tool results in the message history must be the ones tether's ledger recorded
 (same call id, same result). Those checks run before any tool of the resumed run does.
 
+An approver's edit in tether (``Gate.edit``, ``tether approvals edit``) is Pydantic AI's
+``ToolApproved(override_args=...)``: the resumed call runs as the edited call (its own call id
+and grant, tether's arguments, once); the model gets its result under its own call id.
+
 The run is a tether run: ``run_id`` names it, or it is derived from Pydantic AI's conversation
 id (``pydantic-ai-<conversation id>``), which a resume with the message history keeps, so a
 resume in another process finds it. The gate runs synchronously inside the event loop (a
@@ -169,10 +173,11 @@ class GovernedToolset(WrapperToolset[Any]):
         # a claim tether does not back is refused rather than quietly waited on. A call sent
         # back to be asked again claims nothing.
         claimed = ctx.tool_call_approved and not asks_again(ctx.tool_call_metadata)
+        proposed = ToolCall(call_id=call_id, tool=name, arguments=tool_args)
+        # Only a call sent back on resume can have been edited since it was deferred.
+        governed = edited_call(self.gate, run_id, proposed) if ctx.tool_call_approved else None
         try:
-            outcome = self.gate.call(
-                run_id, ToolCall(call_id=call_id, tool=name, arguments=tool_args)
-            )
+            outcome = self.gate.call(run_id, governed or proposed)
         except WaitForApproval as waiting:
             if claimed:
                 raise ResumeRefused(
@@ -233,6 +238,31 @@ class GovernedToolset(WrapperToolset[Any]):
         self._started.add(run_id)
 
 
+def replacement(gate: Gate, run_id: str, call_id: str) -> Approval | None:
+    """The approval an approver's edit in tether replaced ``call_id``'s with, if any."""
+    approval = gate.approval_for(run_id, call_id)
+    if approval is None or approval.status is not ApprovalStatus.EDITED:
+        return None
+    with gate.store.read() as tx:
+        edited = tx.get_approval(approval.replaced_by or "")
+    if edited is None:
+        raise ResumeRefused(
+            f"approval {approval.approval_id} of call {call_id} was edited, but its "
+            f"replacement {approval.replaced_by} is missing from the store; nothing ran"
+        )
+    return edited
+
+
+def edited_call(gate: Gate, run_id: str, call: ToolCall) -> ToolCall | None:
+    """The call an approver's edit replaced ``call`` with: its own call id (so the ledger
+    keeps it apart, and replays it on a second resume) and tether's edited arguments —
+    never the arguments the client sent."""
+    edited = replacement(gate, run_id, call.call_id)
+    if edited is None:
+        return None
+    return ToolCall(call_id=edited.call_id, tool=call.tool, arguments=dict(edited.arguments))
+
+
 def asks_again(metadata: Any) -> bool:
     return isinstance(metadata, Mapping) and metadata.get(ASK_AGAIN) is True
 
@@ -251,7 +281,13 @@ def check_history(gate: Gate, run_id: str, messages: Sequence[ModelMessage]) -> 
         return
     effects = {e.call_id: e for e in gate.store.list_effects(run_id)}
     for part in returns:
-        problem = _disagreement(gate, part, effects.get(part.tool_call_id))
+        effect = effects.get(part.tool_call_id)
+        if effect is None:
+            # An edited call ran under its replacement's call id; its result answers the
+            # model's original call.
+            edited = replacement(gate, run_id, part.tool_call_id)
+            effect = effects.get(edited.call_id) if edited is not None else None
+        problem = _disagreement(gate, part, effect)
         if problem is not None:
             raise ResumeRefused(
                 f"the message history holds a result of call {part.tool_call_id} "
@@ -305,6 +341,20 @@ def check_results(
                 "a tool tether governs: its result comes from running it through the gate, "
                 "never from the client; nothing ran"
             )
+        edited = replacement(gate, run_id, call_id)
+        if edited is not None:
+            # An approver edited the call in tether: the gate runs tether's edited arguments
+            # under the replacement's grant; override_args may only repeat them.
+            given = result.override_args
+            if given is not None and _bound(gate, call.tool_name, given, edited) != (
+                canonical_json(dict(edited.arguments))
+            ):
+                raise ResumeRefused(
+                    f"call {call_id} ('{call.tool_name}') was edited in tether (approval "
+                    f"{edited.approval_id}), and override_args differ from the edited "
+                    "arguments; nothing ran"
+                )
+            continue
         if result.override_args is not None:
             raise ResumeRefused(
                 f"call {call_id} ('{call.tool_name}') is approved with override_args: changing "
@@ -396,7 +446,8 @@ class Tether(AbstractCapability[Any]):
 
 def deferred_results(gate: Gate, requests: DeferredToolRequests) -> DeferredToolResults:
     """The ``DeferredToolResults`` tether's decisions make: approved calls approved, denied
-    ones denied with the approver's reason (which reaches the model), and the others (still
+    ones denied with the approver's reason (which reaches the model), edited ones approved
+    with the approver's edited arguments (``override_args``), and the others (still
     pending, expired) sent back to be asked again: a resume waits again for a pending
     approval, and asks anew for an expired one."""
     approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
@@ -417,6 +468,12 @@ def deferred_results(gate: Gate, requests: DeferredToolRequests) -> DeferredTool
             )
         if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
             approvals[call.tool_call_id] = ToolApproved()
+        elif approval.status is ApprovalStatus.EDITED:
+            # Pydantic AI's own form of an edit: the call, approved with other arguments
+            # (the gate runs tether's edited call whatever the client sends here).
+            edited = replacement(gate, approval.run_id, call.tool_call_id)
+            assert edited is not None
+            approvals[call.tool_call_id] = ToolApproved(override_args=dict(edited.arguments))
         elif approval.status is ApprovalStatus.DENIED:
             denied = ApprovalDenied(
                 approval.approval_id, approval.tool, approval.approver, approval.reason
