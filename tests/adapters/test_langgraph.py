@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
+from tests import pg
 from tests.adapters.langgraph_app import (
     POLICY,
     PRINCIPAL,
@@ -68,6 +70,31 @@ def tool_messages(result: dict[str, Any]) -> dict[str, ToolMessage]:
     return {m.tool_call_id: m for m in result["messages"] if isinstance(m, ToolMessage)}
 
 
+def approve_with_cli(db: str, approval_id: str, token: str, directory: Path) -> None:
+    """``tether approvals approve`` in its own process, with an approver's credential."""
+    token_file = directory / "reviewer.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    approved = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "approvals",
+            "approve",
+            approval_id,
+            "--db",
+            db,
+            "--token-file",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert approved.returncode == 0, approved.stderr
+
+
 def child(directory: Path, *args: str, env: dict[str, str] | None = None) -> Any:
     """Run tests/adapters/langgraph_app.py in another process, as a second worker would."""
     return subprocess.run(
@@ -110,28 +137,7 @@ def test_a_write_pauses_is_approved_from_another_process_and_resumes_once(
         _, token = add_identity(
             a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
         )
-    token_file = tmp_path / "reviewer.token"
-    token_file.write_text(token)
-    token_file.chmod(0o600)
-    db = f"sqlite:///{tmp_path / 'tether.db'}"
-    approved = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "approvals",
-            "approve",
-            pending["approval_id"],
-            "--db",
-            db,
-            "--token-file",
-            str(token_file),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert approved.returncode == 0, approved.stderr
+    approve_with_cli(f"sqlite:///{tmp_path / 'tether.db'}", pending["approval_id"], token, tmp_path)
     # Resumed by yet another process, whose resume value carries no decision: the grant
     # tether holds is what lets the call run.
     resumed = child(tmp_path, "resume", "t", "{}")
@@ -388,3 +394,55 @@ def test_the_described_tools_refuse_to_run_outside_the_gate(tmp_path: Path) -> N
     with pytest.raises(Denied, match="runs only through its gate"):
         tools["delete_file"].invoke({"path": "b.txt"})
     assert deletions(tmp_path) == []
+
+
+# -- LangGraph's PostgreSQL checkpointer and tether's PostgresStore -----------------------------
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """(tether's store URL, LangGraph's connection string), both in one fresh schema that
+    is dropped afterwards."""
+    for url in pg.schema_url():
+        schema = url.rpartition("schema=")[2]
+        import psycopg
+
+        with psycopg.connect(pg.URL, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        sep = "&" if "?" in pg.URL else "?"
+        yield url, f"{pg.URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.mark.postgres
+def test_postgres_checkpointer_an_approved_write_resumed_twice_runs_once(
+    tmp_path: Path, pg_schema: tuple[str, str]
+) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    store_url, checkpoints = pg_schema
+    with (
+        PostgresSaver.from_conn_string(checkpoints) as saver,
+        app(tmp_path, store_url=store_url, checkpointer=saver) as a,
+    ):
+        saver.setup()
+        (pending,) = pause(a, "t", READ, DELETE)
+        paused_at = a.graph.get_state(a.config("t")).config
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+        approve_with_cli(store_url, pending["approval_id"], token, tmp_path)
+        done = a.graph.invoke(Command(resume={}), a.config("t"))
+        assert done["messages"][-1].content == "done: contents of a.txt | deleted b.txt"
+        # A second resumer that loaded the same paused checkpoint from PostgreSQL.
+        again = a.graph.invoke(Command(resume={}), paused_at)
+        assert tool_messages(again)["call-del"].artifact["replayed"] is True
+        (decided,) = a.store.list_approvals()
+        assert decided.status is ApprovalStatus.USED
+        assert decided.approver_credential is not None
+        assert a.store.verify_audit().intact
+        # The thread's checkpoints really are in PostgreSQL, in this test's schema.
+        import psycopg
+
+        with psycopg.connect(checkpoints) as conn:
+            row = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 't'").fetchone()
+        assert row is not None and row[0] > 0
+    assert len(deletions(tmp_path)) == 1
+    assert len(reads(tmp_path)) == 1
