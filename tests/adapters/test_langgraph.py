@@ -446,3 +446,65 @@ def test_postgres_checkpointer_an_approved_write_resumed_twice_runs_once(
         assert row is not None and row[0] > 0
     assert len(deletions(tmp_path)) == 1
     assert len(reads(tmp_path)) == 1
+
+
+# -- runs and audit -------------------------------------------------------------------------------
+def runs_show(directory: Path, run_id: str) -> dict[str, Any]:
+    """``tether runs show RUN --json`` in its own process, on the app's store."""
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "runs",
+            "show",
+            run_id,
+            "--json",
+            "--db",
+            f"sqlite:///{directory / 'tether.db'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    result: dict[str, Any] = json.loads(shown.stdout)
+    return result
+
+
+def test_runs_show_lists_the_threads_steps_and_a_decision_does_not_queue_it(
+    tmp_path: Path,
+) -> None:
+    run_id = run_id_for("t")
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", READ, DELETE)
+        paused = runs_show(tmp_path, run_id)
+        kinds = [s["kind"] for s in paused["steps"]]
+        assert kinds == ["tool_call", "approval_required"]
+        assert "read_file({'path': 'a.txt'}) [call-read] -> contents of a.txt" in str(
+            paused["steps"][0]["detail"]
+        )
+        assert pending["approval_id"] in paused["steps"][1]["detail"]
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+        approve_with_cli(
+            f"sqlite:///{tmp_path / 'tether.db'}", pending["approval_id"], token, tmp_path
+        )
+        # Not queued for tether's workers: its conversation is in LangGraph's checkpoints.
+        (record,) = a.store.list_runs()
+        assert record.status == "running"
+        assert record.lease_owner is None
+        paused_at = a.graph.get_state(a.config("t")).config
+        a.graph.invoke(Command(resume={}), a.config("t"))
+        a.graph.invoke(Command(resume={}), paused_at)  # a second resumer: no new steps
+    done = runs_show(tmp_path, run_id)
+    steps = [(s["kind"], s["detail"]) for s in done["steps"]]
+    assert [k for k, _ in steps] == [
+        "tool_call",
+        "approval_required",
+        "approval_granted",
+        "tool_call",
+    ]
+    assert "by reviewer-1" in steps[2][1]
+    assert steps[3][1].startswith("delete_file({'path': 'b.txt'}) [call-del] -> deleted b.txt")
