@@ -508,3 +508,70 @@ def test_runs_show_lists_the_threads_steps_and_a_decision_does_not_queue_it(
     ]
     assert "by reviewer-1" in steps[2][1]
     assert steps[3][1].startswith("delete_file({'path': 'b.txt'}) [call-del] -> deleted b.txt")
+
+
+def test_a_process_killed_after_dispatch_leaves_the_effect_unknown_until_resolved(
+    tmp_path: Path,
+) -> None:
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", DELETE)
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+    approve = json.dumps({pending["approval_id"]: {"type": "approve"}})
+    crash = {"TETHER_CRASH_AT": "gate.after_dispatch_commit"}
+    killed = child(tmp_path, "resume", "t", approve, "reviewer-1", env=crash)
+    assert killed.returncode == -9, killed.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "tether", "effects", "list", "--db", db, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    (effect,) = json.loads(listed.stdout)
+    assert effect["status"] == "dispatched"
+    # The tool was not reached in this run of it, but tether cannot know that: the next
+    # resume stops clearly instead of guessing or sending it again.
+    resumed = child(tmp_path, "resume", "t", "{}")
+    assert resumed.returncode != 0
+    assert "OutcomeUnknown" in resumed.stderr
+    assert effect["operation_key"] in resumed.stderr
+    # Say it happened (as the outside system's records show), with an approver's credential.
+    token_file = tmp_path / "reviewer.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    resolved = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "effects",
+            "resolve",
+            effect["operation_key"],
+            "--committed",
+            "--result",
+            '"deleted b.txt"',
+            "--db",
+            db,
+            "--token-file",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    done = child(tmp_path, "resume", "t", "{}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["last"] == "done: deleted b.txt"
+    # Replayed from the ledger as resolved: the tool is not called again. (The crash point
+    # is before the call, so the witness saw none; had it run, it would still be one.)
+    assert deletions(tmp_path) == []
+    with SQLiteStore(db) as store:
+        (settled,) = store.list_effects(run_id_for("t"))
+        assert settled.status.value != "dispatched"
+        with store.read() as tx:
+            steps = [s.kind for s in tx.steps(run_id_for("t"))]
+    assert steps[-2:] == ["outcome_unknown", "tool_call"]
