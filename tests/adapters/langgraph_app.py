@@ -22,6 +22,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -29,7 +30,7 @@ from langgraph.types import Command
 
 from tether import Gate, Identity, Policy, Principal, Registry, Risk
 from tether.adapters.langgraph import GovernedToolNode
-from tether.store import SQLiteStore
+from tether.store import Store, open_store
 
 PRINCIPAL = Principal(subject="agent-1", tenant="acme", scopes=frozenset())
 POLICY = Policy(version="lg-1", approvers=frozenset({"reviewer-1"}))
@@ -80,7 +81,7 @@ def route(state: MessagesState) -> str:
 @dataclass
 class App:
     directory: Path
-    store: SQLiteStore
+    store: Store
     gate: Gate
     graph: CompiledStateGraph[Any, Any, Any, Any]
 
@@ -94,8 +95,12 @@ def app(
     approver: Identity | str | None = None,
     *,
     clock: Callable[[], float] = time.time,
+    store_url: str | None = None,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> Iterator[App]:
-    store = SQLiteStore(f"sqlite:///{directory / 'tether.db'}")
+    """The app on ``directory``'s SQLite files, or on the tether store at ``store_url`` and
+    the given LangGraph checkpointer (the PostgreSQL ones)."""
+    store = open_store(store_url or f"sqlite:///{directory / 'tether.db'}")
     gate = Gate(registry(directory), POLICY, store, clock=clock)
     builder = StateGraph(MessagesState)
     builder.add_node("model", proposing)
@@ -103,11 +108,17 @@ def app(
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", route, ["tools", END])
     builder.add_edge("tools", "model")
-    connection = sqlite3.connect(directory / "checkpoints.db", check_same_thread=False)
+    connection = (
+        sqlite3.connect(directory / "checkpoints.db", check_same_thread=False)
+        if checkpointer is None
+        else None
+    )
+    saver = checkpointer if connection is None else SqliteSaver(connection)
     try:
-        yield App(directory, store, gate, builder.compile(checkpointer=SqliteSaver(connection)))
+        yield App(directory, store, gate, builder.compile(checkpointer=saver))
     finally:
-        connection.close()
+        if connection is not None:
+            connection.close()
         store.close()
 
 

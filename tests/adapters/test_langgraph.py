@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
+from tests import pg
 from tests.adapters.langgraph_app import (
     POLICY,
     PRINCIPAL,
@@ -68,6 +70,31 @@ def tool_messages(result: dict[str, Any]) -> dict[str, ToolMessage]:
     return {m.tool_call_id: m for m in result["messages"] if isinstance(m, ToolMessage)}
 
 
+def approve_with_cli(db: str, approval_id: str, token: str, directory: Path) -> None:
+    """``tether approvals approve`` in its own process, with an approver's credential."""
+    token_file = directory / "reviewer.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    approved = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "approvals",
+            "approve",
+            approval_id,
+            "--db",
+            db,
+            "--token-file",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert approved.returncode == 0, approved.stderr
+
+
 def child(directory: Path, *args: str, env: dict[str, str] | None = None) -> Any:
     """Run tests/adapters/langgraph_app.py in another process, as a second worker would."""
     return subprocess.run(
@@ -110,28 +137,7 @@ def test_a_write_pauses_is_approved_from_another_process_and_resumes_once(
         _, token = add_identity(
             a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
         )
-    token_file = tmp_path / "reviewer.token"
-    token_file.write_text(token)
-    token_file.chmod(0o600)
-    db = f"sqlite:///{tmp_path / 'tether.db'}"
-    approved = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "approvals",
-            "approve",
-            pending["approval_id"],
-            "--db",
-            db,
-            "--token-file",
-            str(token_file),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert approved.returncode == 0, approved.stderr
+    approve_with_cli(f"sqlite:///{tmp_path / 'tether.db'}", pending["approval_id"], token, tmp_path)
     # Resumed by yet another process, whose resume value carries no decision: the grant
     # tether holds is what lets the call run.
     resumed = child(tmp_path, "resume", "t", "{}")
@@ -388,3 +394,184 @@ def test_the_described_tools_refuse_to_run_outside_the_gate(tmp_path: Path) -> N
     with pytest.raises(Denied, match="runs only through its gate"):
         tools["delete_file"].invoke({"path": "b.txt"})
     assert deletions(tmp_path) == []
+
+
+# -- LangGraph's PostgreSQL checkpointer and tether's PostgresStore -----------------------------
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """(tether's store URL, LangGraph's connection string), both in one fresh schema that
+    is dropped afterwards."""
+    for url in pg.schema_url():
+        schema = url.rpartition("schema=")[2]
+        import psycopg
+
+        with psycopg.connect(pg.URL, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        sep = "&" if "?" in pg.URL else "?"
+        yield url, f"{pg.URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.mark.postgres
+def test_postgres_checkpointer_an_approved_write_resumed_twice_runs_once(
+    tmp_path: Path, pg_schema: tuple[str, str]
+) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    store_url, checkpoints = pg_schema
+    with (
+        PostgresSaver.from_conn_string(checkpoints) as saver,
+        app(tmp_path, store_url=store_url, checkpointer=saver) as a,
+    ):
+        saver.setup()
+        (pending,) = pause(a, "t", READ, DELETE)
+        paused_at = a.graph.get_state(a.config("t")).config
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+        approve_with_cli(store_url, pending["approval_id"], token, tmp_path)
+        done = a.graph.invoke(Command(resume={}), a.config("t"))
+        assert done["messages"][-1].content == "done: contents of a.txt | deleted b.txt"
+        # A second resumer that loaded the same paused checkpoint from PostgreSQL.
+        again = a.graph.invoke(Command(resume={}), paused_at)
+        assert tool_messages(again)["call-del"].artifact["replayed"] is True
+        (decided,) = a.store.list_approvals()
+        assert decided.status is ApprovalStatus.USED
+        assert decided.approver_credential is not None
+        assert a.store.verify_audit().intact
+        # The thread's checkpoints really are in PostgreSQL, in this test's schema.
+        import psycopg
+
+        with psycopg.connect(checkpoints) as conn:
+            row = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 't'").fetchone()
+        assert row is not None and row[0] > 0
+    assert len(deletions(tmp_path)) == 1
+    assert len(reads(tmp_path)) == 1
+
+
+# -- runs and audit -------------------------------------------------------------------------------
+def runs_show(directory: Path, run_id: str) -> dict[str, Any]:
+    """``tether runs show RUN --json`` in its own process, on the app's store."""
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "runs",
+            "show",
+            run_id,
+            "--json",
+            "--db",
+            f"sqlite:///{directory / 'tether.db'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    result: dict[str, Any] = json.loads(shown.stdout)
+    return result
+
+
+def test_runs_show_lists_the_threads_steps_and_a_decision_does_not_queue_it(
+    tmp_path: Path,
+) -> None:
+    run_id = run_id_for("t")
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", READ, DELETE)
+        paused = runs_show(tmp_path, run_id)
+        kinds = [s["kind"] for s in paused["steps"]]
+        assert kinds == ["tool_call", "approval_required"]
+        assert "read_file({'path': 'a.txt'}) [call-read] -> contents of a.txt" in str(
+            paused["steps"][0]["detail"]
+        )
+        assert pending["approval_id"] in paused["steps"][1]["detail"]
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+        approve_with_cli(
+            f"sqlite:///{tmp_path / 'tether.db'}", pending["approval_id"], token, tmp_path
+        )
+        # Not queued for tether's workers: its conversation is in LangGraph's checkpoints.
+        (record,) = a.store.list_runs()
+        assert record.status == "running"
+        assert record.lease_owner is None
+        paused_at = a.graph.get_state(a.config("t")).config
+        a.graph.invoke(Command(resume={}), a.config("t"))
+        a.graph.invoke(Command(resume={}), paused_at)  # a second resumer: no new steps
+    done = runs_show(tmp_path, run_id)
+    steps = [(s["kind"], s["detail"]) for s in done["steps"]]
+    assert [k for k, _ in steps] == [
+        "tool_call",
+        "approval_required",
+        "approval_granted",
+        "tool_call",
+    ]
+    assert "by reviewer-1" in steps[2][1]
+    assert steps[3][1].startswith("delete_file({'path': 'b.txt'}) [call-del] -> deleted b.txt")
+
+
+def test_a_process_killed_after_dispatch_leaves_the_effect_unknown_until_resolved(
+    tmp_path: Path,
+) -> None:
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    with app(tmp_path) as a:
+        (pending,) = pause(a, "t", DELETE)
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+    approve = json.dumps({pending["approval_id"]: {"type": "approve"}})
+    crash = {"TETHER_CRASH_AT": "gate.after_dispatch_commit"}
+    killed = child(tmp_path, "resume", "t", approve, "reviewer-1", env=crash)
+    assert killed.returncode == -9, killed.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "tether", "effects", "list", "--db", db, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    (effect,) = json.loads(listed.stdout)
+    assert effect["status"] == "dispatched"
+    # The tool was not reached in this run of it, but tether cannot know that: the next
+    # resume stops clearly instead of guessing or sending it again.
+    resumed = child(tmp_path, "resume", "t", "{}")
+    assert resumed.returncode != 0
+    assert "OutcomeUnknown" in resumed.stderr
+    assert effect["operation_key"] in resumed.stderr
+    # Say it happened (as the outside system's records show), with an approver's credential.
+    token_file = tmp_path / "reviewer.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    resolved = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "effects",
+            "resolve",
+            effect["operation_key"],
+            "--committed",
+            "--result",
+            '"deleted b.txt"',
+            "--db",
+            db,
+            "--token-file",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    done = child(tmp_path, "resume", "t", "{}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["last"] == "done: deleted b.txt"
+    # Replayed from the ledger as resolved: the tool is not called again. (The crash point
+    # is before the call, so the witness saw none; had it run, it would still be one.)
+    assert deletions(tmp_path) == []
+    with SQLiteStore(db) as store:
+        (settled,) = store.list_effects(run_id_for("t"))
+        assert settled.status.value != "dispatched"
+        with store.read() as tx:
+            steps = [s.kind for s in tx.steps(run_id_for("t"))]
+    assert steps[-2:] == ["outcome_unknown", "tool_call"]

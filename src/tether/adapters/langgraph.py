@@ -23,6 +23,12 @@ process, hours later) is found when the graph resumes, whatever the resume value
 value that cannot be applied (decisions by position, an unknown approval id, a decision
 contradicting one already recorded, a pending call left undecided) is refused before anything
 runs, and LangGraph keeps the pause open to be answered again.
+
+The run's steps (``tether runs show``) record what happened to each call: tool calls, approvals
+required, granted or denied, refusals, unknown outcomes. The run stays ``running`` while the
+graph is paused: ``awaiting_approval`` would make tether's own decision commands queue it for
+tether's workers, which cannot drive a run whose conversation lives in LangGraph's checkpoints;
+the approvals it waits for are listed by ``tether approvals list``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
+from tether import run_log
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.decisions import as_approver, check_identity
@@ -55,13 +62,15 @@ from tether.errors import (
     InternalError,
     InvalidArguments,
     OperationConflict,
+    OutcomeUnknown,
+    StaleState,
     StoreError,
     ToolFailed,
 )
 from tether.gate import Gate, ToolCall
 from tether.identity import Identity
 from tether.policy import Principal, decide
-from tether.screening import redact, screen_arguments
+from tether.screening import redact, screen_arguments, scrub, secret_values
 from tether.state import RunState
 from tether.tools import Registry
 
@@ -269,20 +278,67 @@ class Governor:
                 f"approval {chain[-1].approval_id} for '{proposed.tool}' expired before anyone "
                 "decided it; the call did not run (propose it again to ask again)",
             )
+        shown = self._shown_call(call)
+        if chain and chain[-1].status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
+            # Written before the call is made: a process dying mid-call keeps the grant's step.
+            granted = chain[-1]
+            self._note(
+                run_id,
+                ("approval_granted", f"{shown} by {granted.approver} ({granted.approval_id})"),
+            )
         try:
             outcome = self.gate.call(run_id, call)
-        except ApprovalRequired:
+        except ApprovalRequired as signal:
+            self._note(run_id, ("approval_required", f"{shown}: {signal.approval_id}"))
             return None
         except ApprovalDenied as e:
+            self._note(run_id, ("approval_denied", f"{shown}: {e}"))
             return _error(proposed, str(e))
         except _REFUSALS as e:
+            self._note(run_id, ("tool_error", f"{shown}: {self._scrub(call, str(e))}"))
             return _error(proposed, str(e))
+        except OutcomeUnknown as e:
+            # Never guessed: the graph stops until the effect is settled
+            # (`tether effects resolve`), then a resume replays what was decided.
+            self._note(run_id, ("outcome_unknown", f"{shown}: {e}"))
+            raise
+        result = self._scrub(call, outcome.text)
+        self._note(run_id, ("tool_call", f"{shown} -> {result} [{outcome.operation_key}]"))
         return ToolMessage(
             content=note + outcome.text,
             tool_call_id=proposed.call_id,
             name=proposed.tool,
             artifact={"operation_key": outcome.operation_key, "replayed": outcome.replayed},
         )
+
+    # -- the run's steps ----------------------------------------------------------------------
+    def _shown_call(self, call: ToolCall) -> str:
+        tool = self.gate.registry.find(call.tool)
+        sensitive = () if tool is None else tool.manifest.sensitive_fields
+        arguments, _ = redact(dict(call.arguments), sensitive)
+        return f"{call.tool}({arguments}) [{call.call_id}]"
+
+    def _scrub(self, call: ToolCall, text: str) -> str:
+        # Messages and results may quote a secret argument; steps are shown to anyone.
+        tool = self.gate.registry.find(call.tool)
+        sensitive = () if tool is None else tool.manifest.sensitive_fields
+        return str(redact(scrub(text, secret_values(call.arguments, sensitive)))[0])
+
+    def _note(self, run_id: str, *steps: run_log.StepText) -> None:
+        """Append the steps the run does not have yet: LangGraph re-runs a node on resume, and
+        two resumers may answer the same pause, so the same step is seen more than once."""
+        for _ in range(5):
+            try:
+                with self.gate.store.transaction() as tx:
+                    seen = {(s.kind, s.detail) for s in tx.steps(run_id)}
+                    new = [s for s in steps if s not in seen]
+                    if new:
+                        record = run_log.get_run(tx, run_id)
+                        run_log.append(tx, record, now=self.gate.clock(), steps=new)
+                return
+            except StaleState:
+                continue  # the run row moved meanwhile (another call's budget): read again
+        raise StoreError(f"run {run_id}: its steps could not be recorded; the run kept changing")
 
     # -- pausing and resuming -----------------------------------------------------------------
     def _pause(
