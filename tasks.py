@@ -79,6 +79,7 @@ def bench(args: list[str]) -> None:
         "bench_pg.py",
         "bench_call_view.py",
         "bench_verify.py",
+        "bench_adapters.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():
