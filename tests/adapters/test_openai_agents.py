@@ -287,6 +287,62 @@ def test_two_resumes_of_one_approved_state_at_once_run_the_tool_once(world: Worl
     assert world.ran == [("write_file", WRITE)]
 
 
+def test_one_approved_pause_resumed_by_two_processes_at_once_runs_once(
+    world: World, tmp_path: Path
+) -> None:
+    governed, _ = world.open([WRITE_TURN, *said()])
+    result = interrupted(governed)
+    (approval,) = governed.pending(result)
+    who, _ = world.approver()
+    granted = governed.gate.approve(approval.approval_id, who)  # in tether, with a credential
+    assert granted.status is ApprovalStatus.APPROVED
+    saved = tmp_path / "state.json"
+    saved.write_text(approve_all(result), encoding="utf-8")  # the approved pause, as text
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    witness = tmp_path / "witness.txt"
+    witness.touch()
+    script = Path(__file__).with_name("openai_agents_resumer.py")
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, str(script), world.url, str(saved), str(barrier), name, str(witness)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("one", "two")
+    }
+    outs = {name: p.communicate(timeout=120) for name, p in procs.items()}
+    for name, proc in procs.items():
+        assert proc.returncode == 0, outs[name][1]
+    lines = witness.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1, lines
+    ran_in, *_ = lines[0].split()
+    assert lines[0] == f"{ran_in} notes.txt hello" and ran_in in procs
+    assert world.ran == []  # this process never ran it either
+    with world.stores[0].read() as tx:
+        effect = tx.effect_for_call(governed.run_id, "w1")
+    assert effect is not None and effect.status is EffectStatus.COMMITTED
+    assert [e.call_id for e in world.stores[0].list_effects(governed.run_id)] == ["w1"]
+    used = governed.gate.approval_for(governed.run_id, "w1")
+    assert used is not None and used.status is ApprovalStatus.USED
+    # The process that ran it told its model the result; the other was told either the
+    # recorded result (replayed from the ledger, if it arrived after the commit) or that the
+    # call's outcome is not known yet (it arrived while the call was in flight) — never
+    # that it ran again.
+    told = {
+        name: json.loads(out.strip().splitlines()[-1])["told"] for name, (out, _) in outs.items()
+    }
+    assert told[ran_in]["w1"] == "wrote 5 bytes to notes.txt"
+    (other,) = set(procs) - {ran_in}
+    seen = told[other]["w1"]
+    replayed = seen == "wrote 5 bytes to notes.txt"
+    in_flight = seen.startswith("tether refused write_file:") and "unknown" in seen
+    assert replayed or in_flight, seen
+    report = world.stores[0].verify_audit()
+    assert report.intact, report.summary()
+
+
 def test_a_sibling_call_survives_the_pause(world: World) -> None:
     turn = [function_call("read_file", {"path": "a"}, call_id="r1"), *WRITE_TURN]
     governed, model = world.open([turn, *said()])
