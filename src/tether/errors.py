@@ -224,8 +224,9 @@ class OutcomeUnknown(TetherError):
 
     def __init__(self, tool: str, operation_key: str) -> None:
         super().__init__(
-            f"tool '{tool}' timed out ({operation_key}); whether it took effect is unknown "
-            "until the effect is reconciled"
+            f"the outcome of '{tool}' ({operation_key}) is unknown: it timed out, was cut off,"
+            " or is still running elsewhere; it is not sent again until the effect is "
+            "reconciled (`tether effects list`, `tether recover`)"
         )
         self.tool = tool
         self.operation_key = operation_key
