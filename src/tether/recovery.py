@@ -5,6 +5,16 @@ lease expired, or its process is gone), or when it waits for reconciliation. Rec
 is resuming it under a new lease — which reconciles what the dead worker left unsettled —
 so two recoverers racing for one run admit exactly one (the lease is a compare-and-swap).
 
+A run with no conversation in tether's store (started with ``Gate.start_run`` by a framework
+adapter, which keeps the conversation itself) has no driver here: its framework is. Recovery
+only settles the effects such a run's dead process left ``dispatched`` or ``unknown``, through
+the tool's ``reconcile`` as the runner does, and touches nothing else of the run (no model
+turn, no status, no lease), so the framework's next call of the same call id replays what was
+settled. Such a run holds no lease while a call is in flight, so a ``dispatched`` effect is
+taken as abandoned only once no live caller can still be waiting on it: the gate records an
+outcome when a tool with ``timeout_s`` times out, so after that time plus ``in_flight_s`` (for
+a tool without one, after ``in_flight_s``) its caller is gone.
+
 Compensation carries seed 003's rollback to real external effects: each committed effect
 whose tool names a compensating tool is undone, newest first, and each undo is a governed call
 of its own (policy, approval, ledger, audit) with the key ``undo-<call id>``. Each rollback
@@ -32,13 +42,18 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.gate import Gate, ToolCall
-from tether.ledger import Effect
+from tether.ledger import Effect, EffectStatus
 from tether.lifecycle import RunStatus, lease_held
 from tether.models import Message
+from tether.reconcile import UNSETTLED, Reconciled, Settlement, reconcile_effect
 from tether.runs import Runner
+from tether.state import RunState
 from tether.store.base import RunRecord, Store
 
 UNDO_PREFIX = "undo-"
+# How long a framework run's ``dispatched`` effect (beyond its tool's timeout) may be a call
+# still in flight: a run without a conversation holds no lease that would say its caller died.
+IN_FLIGHT_S = 300.0
 
 
 @dataclass
@@ -47,17 +62,36 @@ class RecoveryReport:
     reconciled: Counter[str] = field(default_factory=Counter)  # settlement -> effects
     waiting_for_human: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # run id -> why
+    # Runs with no conversation (a framework drives them): what each effect settled as ...
+    settled_effects: dict[str, list[Reconciled]] = field(default_factory=dict)
+    # ... and the keys of those dispatched too recently to tell from a call still in flight.
+    in_flight: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        settled = Counter(r.settlement.value for rs in self.settled_effects.values() for r in rs)
         return {
             "runs_recovered": len(self.recovered),
             "runs": self.recovered,
-            "effects_reconciled": {
-                k: self.reconciled.get(k, 0) for k in ("committed", "absent", "unresolved")
-            },
+            "effects_reconciled": {k: self.reconciled.get(k, 0) for k in _SETTLEMENTS},
             "runs_waiting_for_human": self.waiting_for_human,
             "skipped": self.skipped,
+            "framework_effects_settled": {k: settled.get(k, 0) for k in _SETTLEMENTS},
+            "settled_effects": {
+                run_id: [
+                    {
+                        "operation_key": r.operation_key,
+                        "settlement": r.settlement.value,
+                        "detail": r.detail,
+                    }
+                    for r in rs
+                ]
+                for run_id, rs in self.settled_effects.items()
+            },
+            "in_flight": self.in_flight,
         }
+
+
+_SETTLEMENTS = tuple(s.value for s in Settlement)
 
 
 def recoverable(store: Store, now: float, worker: str) -> list[RunRecord]:
@@ -73,11 +107,21 @@ def recoverable(store: Store, now: float, worker: str) -> list[RunRecord]:
     )
 
 
-def recover(store: Store, make_runner: Callable[[], Runner]) -> RecoveryReport:
-    """Resume every recoverable run; report what was reconciled and what needs a human."""
+def recover(
+    store: Store, make_runner: Callable[[], Runner], *, in_flight_s: float = IN_FLIGHT_S
+) -> RecoveryReport:
+    """Resume every recoverable run; report what was reconciled and what needs a human.
+
+    A run with no conversation is not resumed (its framework drives it): only its unsettled
+    effects are reconciled (see the module docstring for ``in_flight_s``)."""
+    if in_flight_s < 0:
+        raise ValueError(f"in_flight_s must be 0 or more seconds, not {in_flight_s}")
     report = RecoveryReport()
     probe = make_runner()
     for record in recoverable(store, probe.clock(), probe.worker):
+        if not has_conversation(record):
+            _settle_framework_run(probe.gate, record.run_id, report, in_flight_s)
+            continue
         runner = make_runner()
         try:
             result = runner.resume(record.run_id)
@@ -92,6 +136,40 @@ def recover(store: Store, make_runner: Callable[[], Runner]) -> RecoveryReport:
         if result.status == RunStatus.AWAITING_RECONCILIATION.value:
             report.waiting_for_human.append(record.run_id)
     return report
+
+
+def has_conversation(record: RunRecord) -> bool:
+    """Whether tether keeps the run's conversation (the runner drives it), the same test
+    ``Runner.resume`` makes; a framework run keeps its conversation outside tether."""
+    return bool(RunState.load(record).extra.get("messages"))
+
+
+def _settle_framework_run(gate: Gate, run_id: str, report: RecoveryReport, grace: float) -> None:
+    """Reconcile what a framework run's dead process left unsettled, and nothing more."""
+    now = gate.clock()
+    settled: list[Reconciled] = []
+    for effect in gate.store.list_effects(run_id):
+        if effect.status not in UNSETTLED:
+            continue
+        if effect.status is EffectStatus.DISPATCHED and not _abandoned(gate, effect, now, grace):
+            report.in_flight.setdefault(run_id, []).append(effect.operation_key)
+            continue
+        try:
+            settled.append(reconcile_effect(gate, effect))
+        except TetherError as e:
+            # Its caller recorded the outcome, or another recoverer settled it, between our
+            # read and our write (each transition is a compare-and-swap): nothing is lost.
+            report.skipped[run_id] = f"{effect.operation_key} changed while settling it: {e}"
+    if settled:
+        report.settled_effects[run_id] = settled
+
+
+def _abandoned(gate: Gate, effect: Effect, now: float, grace: float) -> bool:
+    """Whether no live caller can still be waiting on a ``dispatched`` effect (its tool's
+    timeout, after which the gate itself records an outcome, and then ``grace``, are past)."""
+    tool = gate.registry.find(effect.tool_name)
+    timeout = tool.manifest.timeout_s if tool is not None else None
+    return now - effect.updated_at >= (timeout or 0.0) + grace
 
 
 @dataclass

@@ -366,9 +366,11 @@ def test_recover_passes_over_runs_driven_by_their_own_code(store: Store) -> None
     gate = Gate(registry, POLICY, store)
     bare = gate.start_run(USER)  # a library user's run: no conversation to resume
     gate.call(bare, ToolCall(call_id="c1", tool="act", arguments={"n": 1}))
+    before = store.list_runs()
     report = recover(store, lambda: Runner(gate, ScriptedModel(["done"])))
-    assert report.recovered == {}
-    assert "no conversation" in report.skipped[bare]
+    # Not resumed (its own code drives it); its effect was settled already: nothing to do.
+    assert report.recovered == {} and report.settled_effects == {}
+    assert store.list_runs() == before
 
 
 def test_a_policy_that_asks_with_no_one_to_ask_is_refused() -> None:

@@ -267,6 +267,29 @@ class StoreContract:
             released = tx.get_run("run-1")
         assert released is not None and released.lease_owner is None
 
+    def test_claimable_leaves_runs_without_a_conversation_alone(self, store: Store) -> None:
+        from dataclasses import replace
+
+        with store.transaction() as tx:
+            tx.insert_run(replace(run_record("driven"), updated_at=1.0))
+            tx.append_message("driven", 1, '{"role":"user","content":"hi"}')
+            # A framework's run: running, no lease, but no conversation to drive here.
+            tx.insert_run(replace(run_record("framework"), updated_at=0.5))
+            tx.insert_run(replace(run_record("queued-bare"), status="queued", updated_at=0.1))
+            tx.insert_run(replace(run_record("queued"), status="queued", updated_at=2.0))
+            tx.append_message("queued", 1, '{"role":"user","content":"hi"}')
+            tx.insert_run(
+                replace(
+                    run_record("leased"), lease_owner="w1", lease_expires_at=50.0, updated_at=1.5
+                )
+            )
+            tx.append_message("leased", 1, '{"role":"user","content":"hi"}')
+        with store.transaction() as tx:
+            assert [r.run_id for r in tx.claimable(10.0, 10)] == ["driven", "queued"]
+            assert [r.run_id for r in tx.claimable(10.0, 1)] == ["driven"]
+        with store.transaction() as tx:  # the lease expired: claimable again
+            assert [r.run_id for r in tx.claimable(60.0, 10)] == ["driven", "leased", "queued"]
+
     # -- evidence: MACs and row digests (I10) ----------------------------------------------------
     def test_the_store_records_its_id_and_key(self, store: Store) -> None:
         from tether.store.base import AUDIT_KEY_ID, STORE_ID

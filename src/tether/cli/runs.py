@@ -37,6 +37,7 @@ DEV_IDENTITY_WARNING = (
 # A run in one of these needs someone (or something) else before it moves again.
 STOPPED = ("awaiting_approval", "awaiting_reconciliation", "completed", "failed", "cancelled")
 FOLLOW_POLL_S = 0.5
+IN_FLIGHT_S = 300.0  # tether.recovery.IN_FLIGHT_S, without importing it at start-up
 
 
 # -- printing a run ------------------------------------------------------------------------------
@@ -260,14 +261,28 @@ def worker_command(
 @DB_OPTION
 @JSON_OPTION
 @click.option("--app", "app_ref", envvar="TETHER_APP", required=True, help="module:attribute")
-def recover_command(db: str, as_json: bool, app_ref: str) -> None:
-    """Resume runs whose worker died, reconciling what they left unsettled."""
+@click.option(
+    "--in-flight",
+    "in_flight_s",
+    type=click.FloatRange(min=0),
+    default=IN_FLIGHT_S,
+    show_default=True,
+    help="Seconds (beyond its tool's timeout) a framework run's dispatched call may still be "
+    "in flight; only older ones are reconciled.",
+)
+def recover_command(db: str, as_json: bool, app_ref: str, in_flight_s: float) -> None:
+    """Resume runs whose worker died, reconciling what they left unsettled.
+
+    Runs a framework drives (no conversation in tether) are not resumed: only the effects
+    their dead process left unsettled are reconciled; the framework's next call replays them."""
     from tether.app import load_app
     from tether.recovery import recover
 
     app = load_app(app_ref)
     with open_store(db, create=False) as store:
-        report = recover(store, lambda: app.runner(store, metadata={"app": app_ref}))
+        report = recover(
+            store, lambda: app.runner(store, metadata={"app": app_ref}), in_flight_s=in_flight_s
+        )
     data = report.to_dict()
     if as_json:
         echo_json(data)
@@ -285,6 +300,23 @@ def recover_command(db: str, as_json: bool, app_ref: str) -> None:
         )
     for run_id, why in report.skipped.items():
         click.echo(f"  {run_id} skipped: {why}")
+    if report.settled_effects or report.in_flight:
+        click.echo(
+            "framework runs (not resumed; their framework replays what was settled): effects "
+            + ", ".join(f"{k} {v}" for k, v in data["framework_effects_settled"].items())
+        )
+    for run_id, settled in report.settled_effects.items():
+        for r in settled:
+            click.echo(
+                f"  {run_id}: {r.operation_key} {r.settlement.value}"
+                + (f" ({r.detail})" if r.detail else "")
+            )
+    for run_id, keys in report.in_flight.items():
+        for key in keys:
+            click.echo(
+                f"  {run_id}: {key} dispatched less than {in_flight_s:g}s (beyond its tool's "
+                "timeout) ago, maybe still in flight; left for now (see --in-flight)"
+            )
 
 
 # -- tether runs ---------------------------------------------------------------------------------

@@ -133,13 +133,16 @@ class Tx(abc.ABC):
         return self._renew_lease(run_id, owner, until)
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
-        """Runs a worker may claim now: queued, or running with an expired or no lease.
+        """Runs a worker may claim now: queued, or running with an expired or no lease, and
+        with a conversation in the store (a run without one is driven by its own code or
+        framework; a worker has nothing to drive, and its lease would only get in the way).
         Backends with row locks lock them and skip those another worker has locked."""
         found = [
             r
             for status in (RunStatus.QUEUED, RunStatus.RUNNING)
             for r in self._runs_with_status(status)
-            if r.lease_owner is None or (r.lease_expires_at or 0) < now
+            if (r.lease_owner is None or (r.lease_expires_at or 0) < now)
+            and self.messages(r.run_id)
         ]
         return sorted(found, key=lambda r: r.updated_at)[:limit]
 

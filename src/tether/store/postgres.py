@@ -37,7 +37,7 @@ from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMi
 from tether.keys import NO_KEYS, AuditKeys, config_key_path
 from tether.store import migrations
 from tether.store.base import RunRecord, Tx
-from tether.store.sql import RUN_COLUMNS, SQLStore, SQLTx
+from tether.store.sql import CLAIMABLE, RUN_COLUMNS, SQLStore, SQLTx
 
 try:
     import psycopg
@@ -207,12 +207,7 @@ class PostgresTx(SQLTx):
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
         # SKIP LOCKED: workers polling at once each get different runs, and none waits.
-        rows = self.c.execute(
-            f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status IN ('queued', 'running') "
-            "AND (lease_owner IS NULL OR lease_expires_at < %s) "
-            "ORDER BY updated_at LIMIT %s FOR UPDATE SKIP LOCKED",
-            (now, limit),
-        ).fetchall()
+        rows = self._all(f"{CLAIMABLE} FOR UPDATE SKIP LOCKED", (now, limit))
         return [RunRecord.from_row(r) for r in rows]
 
     def _audit_head(self, chain: str) -> AuditHead | None:

@@ -32,6 +32,14 @@ from tether.records import Record, shape
 from tether.store.base import CallView, CredentialRecord, RunRecord, StepRecord, Store, Tx
 
 RUN_COLUMNS = RunRecord.columns()
+# Store.claimable in one statement. A run without a conversation (its own code or framework
+# drives it) is never claimable; EXISTS reads run_messages' primary key (run_id, seq).
+CLAIMABLE = (
+    f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status IN ('queued', 'running') "
+    "AND (lease_owner IS NULL OR lease_expires_at < ?) "
+    "AND EXISTS (SELECT 1 FROM run_messages m WHERE m.run_id = agent_runs.run_id) "
+    "ORDER BY updated_at LIMIT ?"
+)
 CREDENTIAL_COLUMNS = CredentialRecord.columns()
 STEP_COLUMNS = StepRecord.columns()
 
@@ -265,6 +273,9 @@ class SQLTx(Tx):
     def _runs_with_status(self, status: str) -> list[RunRecord]:
         rows = self._all(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status = ?", (status,))
         return [RunRecord.from_row(r) for r in rows]
+
+    def claimable(self, now: float, limit: int) -> list[RunRecord]:
+        return [RunRecord.from_row(r) for r in self._all(CLAIMABLE, (now, limit))]
 
     def get_effect(self, operation_key: str) -> Effect | None:
         row = self._one(
