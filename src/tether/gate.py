@@ -21,6 +21,7 @@ from tether.crash import crash_point
 from tether.decisions import decide_approval, edit_approval, latest_approval
 from tether.digest import canonical_json, sha256_hex
 from tether.errors import (
+    ApprovalRequired,
     ApprovalStateError,
     ConfigurationError,
     InternalError,
@@ -186,6 +187,28 @@ class Gate:
             assert plan.outcome is not None
             return plan.outcome
         raise plan.signal if isinstance(plan, Ask) else plan.error
+
+    def ask_if_needed(self, run_id: str, call: ToolCall) -> ApprovalRequired | None:
+        """Judge ``call`` without running it, for frameworks that ask before they call: if
+        the gate would ask a human, record the request exactly as ``call`` would and return
+        its signal; on any other verdict (allow, a grant to use, a replay, a refusal) write
+        nothing and return None — ``call`` acts on it when the framework calls the tool."""
+        now = self.clock()
+        with self.store.transaction() as tx:
+            plan = plan_call(
+                call,
+                tx.call_view(run_id, call.call_id),
+                run_id=run_id,
+                registry=self.registry,
+                policy=self.policy,
+                seals=self.store.keys,
+                now=now,
+                mint=new_id,
+            )
+            if not isinstance(plan, Ask):
+                return None
+            apply(tx, run_id, now, plan.writes)
+        return plan.signal
 
     def _dispatch(self, admitted: Admit, started: float) -> Outcome:
         """Steps 8-10: call the tool with its key, then record what happened."""

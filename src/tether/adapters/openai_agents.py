@@ -63,12 +63,10 @@ from tether.errors import (
     StoreError,
     ToolFailed,
 )
-from tether.gate import Gate, ToolCall, apply
+from tether.gate import Gate, ToolCall
 from tether.identity import Identity
 from tether.ledger import operation_key
-from tether.planner import Ask, plan_call
 from tether.policy import Principal
-from tether.state import new_id
 from tether.tenancy import fill_tenant
 from tether.tools import OPERATION_KEY_PARAMETER, Manifest, Registry, Risk
 
@@ -567,22 +565,6 @@ def _as_edited(gate: Gate, run_id: str, call: ToolCall) -> tuple[ToolCall, str |
 
 
 def _request_if_asked(gate: Gate, run_id: str, call: ToolCall) -> bool:
-    """Whether the gate would ask for ``call``; if so the request is recorded (as
-    ``gate.call`` records it) and nothing runs. Any other verdict — allow, a grant, a
-    replay, a refusal — is left to ``gate.call`` in the tool body, which acts on it."""
-    now = gate.clock()
-    with gate.store.transaction() as tx:
-        plan = plan_call(
-            call,
-            tx.call_view(run_id, call.call_id),
-            run_id=run_id,
-            registry=gate.registry,
-            policy=gate.policy,
-            seals=gate.store.keys,
-            now=now,
-            mint=new_id,
-        )
-        if not isinstance(plan, Ask):
-            return False
-        apply(tx, run_id, now, plan.writes)
-    return True
+    """Whether the gate would ask for ``call``; if so the request is recorded and nothing
+    runs (``Gate.ask_if_needed``)."""
+    return gate.ask_if_needed(run_id, call) is not None
