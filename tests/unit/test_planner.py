@@ -9,6 +9,7 @@ or skips one shows up as a divergence from the oracle on a later step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +153,20 @@ def new_world(budget: Budget) -> World:
     return World(record=record)
 
 
+def judge(world: World, call: ToolCall, now: float, mint: Callable[[str], str]) -> Plan:
+    """The planner on this test's world, with its registry, policy and keys."""
+    return plan_call(
+        call,
+        world.view(call.call_id),
+        run_id=RUN,
+        registry=REGISTRY,
+        policy=POLICY,
+        seals=KEYS,
+        now=now,
+        mint=mint,
+    )
+
+
 @dataclass
 class Oracle:
     """What the design says must happen, kept independently of the planner's rows."""
@@ -287,15 +302,11 @@ def test_planner_agrees_with_the_design(
         if verb == "propose":
             _, call_id, tool, x = action
             expected = oracle.expect(call_id, tool, x, now)
-            plan = plan_call(
+            plan = judge(
+                world,
                 ToolCall(call_id=call_id, tool=tool, arguments={"x": x}),
-                world.view(call_id),
-                run_id=RUN,
-                registry=REGISTRY,
-                policy=POLICY,
-                seals=KEYS,
-                now=now,
-                mint=lambda prefix: f"{prefix}-{next(ids)}",
+                now,
+                lambda prefix: f"{prefix}-{next(ids)}",
             )
             got = _kind(plan)
             event(expected)
@@ -444,45 +455,18 @@ def test_an_edited_principal_is_refused_with_nothing_written() -> None:
         principal_seal=state.principal_seal,
     )
     world.record = evolve(world.record, checkpoint_json=forged.dump())
-    plan = plan_call(
-        ToolCall(call_id="c1", tool="read", arguments={"x": "a"}),
-        world.view("c1"),
-        run_id=RUN,
-        registry=REGISTRY,
-        policy=POLICY,
-        seals=KEYS,
-        now=1.0,
-        mint=lambda p: p + "-1",
-    )
-    assert isinstance(plan, Refuse) and isinstance(plan.error, IntegrityError)
-    assert plan.writes == ()
+    refused = judge(world, ToolCall(call_id="c1", tool="read", arguments={"x": "a"}), 1.0, str)
+    assert isinstance(refused, Refuse) and isinstance(refused.error, IntegrityError)
+    assert refused.writes == ()
 
 
 def test_a_replayed_unknown_outcome_is_not_sent_again() -> None:
     world = new_world(Budget())
     call = ToolCall(call_id="c1", tool="read", arguments={"x": "a"})
-    first = plan_call(
-        call,
-        world.view("c1"),
-        run_id=RUN,
-        registry=REGISTRY,
-        policy=POLICY,
-        seals=KEYS,
-        now=1.0,
-        mint=lambda p: p,
-    )
+    first = judge(world, call, 1.0, str)
     assert isinstance(first, Admit)
     world.apply(first, 1.0)
     world.effects["c1"] = world.effects["c1"].advance(EffectStatus.UNKNOWN, 2.0)
-    again = plan_call(
-        call,
-        world.view("c1"),
-        run_id=RUN,
-        registry=REGISTRY,
-        policy=POLICY,
-        seals=KEYS,
-        now=3.0,
-        mint=lambda p: p,
-    )
+    again = judge(world, call, 3.0, str)
     assert isinstance(again, Replay) and isinstance(again.error, OutcomeUnknown)
     assert not any(isinstance(w, EffectWrite) for w in again.writes)
