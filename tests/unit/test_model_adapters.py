@@ -395,10 +395,15 @@ def test_openai_garbage_answers_are_model_errors(
     assert len(server.received) == 1
 
 
-def test_openai_unreachable_server_is_a_model_error() -> None:
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+def test_openai_unreachable_server_is_a_model_error() -> None:
+    port = closed_port()
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0)
     try:
         with pytest.raises(ModelError, match="could not reach OpenAI"):
@@ -583,9 +588,7 @@ def test_anthropic_garbage_answers_are_model_errors(
 
 
 def test_anthropic_unreachable_server_is_a_model_error() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="test", max_retries=0)
     try:
         with pytest.raises(ModelError, match="could not reach Anthropic"):
