@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tether.approvals import Approval
+from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.crash import crash_point
 from tether.decisions import decide_approval, edit_approval, latest_approval
@@ -34,6 +34,7 @@ from tether.errors import (
 from tether.identity import Identity
 from tether.ledger import EffectStatus
 from tether.lifecycle import RunStatus
+from tether.notifications import notification_for
 from tether.planner import (
     Admit,
     ApprovalWrite,
@@ -397,6 +398,10 @@ def apply(tx: Tx, run_id: str, now: float, writes: tuple[Write, ...]) -> None:
         elif isinstance(write, ApprovalWrite):
             if write.expected is None:
                 tx.insert_approval(write.approval)
+                if write.approval.status is ApprovalStatus.PENDING:
+                    # The outbox row commits with the request or not at all; a sender
+                    # delivers it later, so the call never waits on a webhook.
+                    tx.enqueue_notification(notification_for(write.approval, now))
             else:
                 tx.update_approval(write.approval, write.expected)
         else:

@@ -159,6 +159,9 @@ class FaultyStore(Store):
     def list_credentials(self) -> list[Any]:
         return self.inner.list_credentials()
 
+    def list_notifications(self) -> list[Any]:
+        return self.inner.list_notifications()
+
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
         return self.inner.list_runs(status)
 

@@ -100,6 +100,23 @@ class CredentialRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NotificationRecord(Record):
+    """One row of the notification outbox: written in the transaction that made the thing it
+    tells about, delivered later by a sender (``tether.notifications``), never by the gate.
+
+    ``attempts`` is also the row's version: a sender claims a row by bumping it (and pushing
+    ``next_attempt_at`` past its delivery timeout), so two senders never deliver one attempt."""
+
+    notification_id: Annotated[str, FIXED]
+    kind: Annotated[str, FIXED]
+    created_at: Annotated[float, FIXED]
+    next_attempt_at: float
+    attempts: int
+    delivered_at: float | None
+    record_json: str  # what to say, and per destination whether it was said, as canonical JSON
+
+
+@dataclass(frozen=True, kw_only=True)
 class CallView:
     """What one read tells the gate about a call (``Tx.call_view``)."""
 
@@ -266,6 +283,23 @@ class Tx(abc.ABC):
             )
         self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
 
+    # -- the notification outbox -------------------------------------------------------------
+    def enqueue_notification(self, notification: NotificationRecord) -> None:
+        if not self._insert_notification(notification):
+            raise StoreError(f"notification {notification.notification_id} already exists")
+
+    @abc.abstractmethod
+    def get_notification(self, notification_id: str) -> NotificationRecord | None: ...
+
+    @abc.abstractmethod
+    def due_notifications(self, now: float, limit: int) -> list[NotificationRecord]:
+        """Undelivered notifications whose next attempt is due, oldest first."""
+
+    def update_notification(self, notification: NotificationRecord, expected_attempts: int) -> bool:
+        """Write ``notification`` if the stored one still has ``expected_attempts``; False if
+        another sender got there first."""
+        return self._cas_notification(notification, expected_attempts)
+
     # -- audit -------------------------------------------------------------------------------
     def append_audit(
         self,
@@ -382,6 +416,14 @@ class Tx(abc.ABC):
     def _update_credential(self, credential: CredentialRecord) -> bool: ...
 
     @abc.abstractmethod
+    def _insert_notification(self, notification: NotificationRecord) -> bool: ...
+
+    @abc.abstractmethod
+    def _cas_notification(
+        self, notification: NotificationRecord, expected_attempts: int
+    ) -> bool: ...
+
+    @abc.abstractmethod
     def _audit_head(self, chain: str) -> AuditHead | None:
         """The chain's head, locked for this transaction where the backend has row locks."""
 
@@ -436,6 +478,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def list_credentials(self) -> list[CredentialRecord]: ...
+
+    @abc.abstractmethod
+    def list_notifications(self) -> list[NotificationRecord]:
+        """The whole outbox, delivered or not, oldest first."""
 
     @abc.abstractmethod
     def audit_entries(self) -> Iterator[AuditEntry]:

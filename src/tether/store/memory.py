@@ -19,7 +19,14 @@ from tether.audit import MAIN, AuditEntry, AuditHead, entry_row
 from tether.evidence import APPROVAL, EFFECT, RUN, Evidence, approval_digest, effect_digest
 from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
-from tether.store.base import CredentialRecord, RunRecord, StepRecord, Store, Tx
+from tether.store.base import (
+    CredentialRecord,
+    NotificationRecord,
+    RunRecord,
+    StepRecord,
+    Store,
+    Tx,
+)
 
 
 class _Tables:
@@ -38,6 +45,7 @@ class _Tables:
         self.effect_count: dict[str, int] = {}
         self.meta: dict[str, str] = {}
         self.credentials: dict[str, CredentialRecord] = {}
+        self.notifications: dict[str, NotificationRecord] = {}
 
     def put(self, table: dict[Any, Any], key: Any, value: Any, undo: list[Any]) -> None:
         undo.append((table, key, table.get(key, _ABSENT)))
@@ -203,6 +211,30 @@ class MemoryTx(Tx):
         self.t.put(self.t.approvals, approval.approval_id, approval, self.undo)
         return True
 
+    def get_notification(self, notification_id: str) -> NotificationRecord | None:
+        return self.t.notifications.get(notification_id)
+
+    def due_notifications(self, now: float, limit: int) -> list[NotificationRecord]:
+        due = [
+            n
+            for n in self.t.notifications.values()
+            if n.delivered_at is None and n.next_attempt_at <= now
+        ]
+        return sorted(due, key=lambda n: (n.created_at, n.notification_id))[:limit]
+
+    def _insert_notification(self, notification: NotificationRecord) -> bool:
+        if notification.notification_id in self.t.notifications:
+            return False
+        self.t.put(self.t.notifications, notification.notification_id, notification, self.undo)
+        return True
+
+    def _cas_notification(self, notification: NotificationRecord, expected_attempts: int) -> bool:
+        current = self.t.notifications.get(notification.notification_id)
+        if current is None or current.attempts != expected_attempts:
+            return False
+        self.t.put(self.t.notifications, notification.notification_id, notification, self.undo)
+        return True
+
     def _audit_head(self, chain: str) -> AuditHead | None:
         return self.t.head
 
@@ -270,6 +302,11 @@ class MemoryStore(Store):
         with self._lock:
             found = list(self._tables.credentials.values())
         return sorted(found, key=lambda c: (c.created_at, c.credential_id))
+
+    def list_notifications(self) -> list[NotificationRecord]:
+        with self._lock:
+            found = list(self._tables.notifications.values())
+        return sorted(found, key=lambda n: (n.created_at, n.notification_id))
 
     def audit_entries(self) -> Iterator[AuditEntry]:
         with self._lock:

@@ -172,6 +172,20 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER effect_counts_truncate AFTER TRUNCATE ON agent_effects
         FOR EACH STATEMENT EXECUTE FUNCTION tether_effect_counts();
     """,
+    """
+    -- The notification outbox: a row is written with the approval request it announces, in
+    -- the same transaction, and a sender delivers it later (the gate never waits on it).
+    CREATE TABLE notifications (
+        notification_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        next_attempt_at DOUBLE PRECISION NOT NULL,
+        attempts INTEGER NOT NULL,
+        delivered_at DOUBLE PRECISION,
+        record_json TEXT NOT NULL
+    );
+    CREATE INDEX notifications_due ON notifications (delivered_at, next_attempt_at);
+    """,
 ]
 
 # psycopg sends a script without parameters as one multi-statement query.

@@ -29,7 +29,15 @@ from tether.evidence import (
 from tether.keys import AuditKeys
 from tether.ledger import Effect, EffectStatus
 from tether.records import Record, shape
-from tether.store.base import CallView, CredentialRecord, RunRecord, StepRecord, Store, Tx
+from tether.store.base import (
+    CallView,
+    CredentialRecord,
+    NotificationRecord,
+    RunRecord,
+    StepRecord,
+    Store,
+    Tx,
+)
 
 RUN_COLUMNS = RunRecord.columns()
 # Store.claimable in one statement. A run without a conversation (its own code or framework
@@ -42,6 +50,7 @@ CLAIMABLE = (
 )
 CREDENTIAL_COLUMNS = CredentialRecord.columns()
 STEP_COLUMNS = StepRecord.columns()
+NOTIFICATION_COLUMNS = NotificationRecord.columns()
 
 
 def insert(table: str, columns: str) -> str:
@@ -67,6 +76,11 @@ CAS_EFFECT = (
 )
 UPDATE_CREDENTIAL = (
     f"UPDATE credentials SET {assignments(CredentialRecord)} WHERE credential_id = ?"
+)
+INSERT_NOTIFICATION = insert("notifications", NOTIFICATION_COLUMNS)
+CAS_NOTIFICATION = (
+    f"UPDATE notifications SET {assignments(NotificationRecord)} "
+    "WHERE notification_id = ? AND attempts = ?"
 )
 RUN_WIDTH, EFFECT_WIDTH = len(shape(RunRecord).names), len(shape(Effect).names)
 
@@ -189,6 +203,12 @@ class SQLStore(Store):
             f"SELECT {CREDENTIAL_COLUMNS} FROM credentials ORDER BY created_at, credential_id"
         )
         return [CredentialRecord.from_row(r) for r in rows]
+
+    def list_notifications(self) -> list[NotificationRecord]:
+        rows = self._query(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications ORDER BY created_at, notification_id"
+        )
+        return [NotificationRecord.from_row(r) for r in rows]
 
     def list_approvals(
         self, status: ApprovalStatus | None = None, run_id: str | None = None
@@ -406,6 +426,30 @@ class SQLTx(Tx):
 
     def _insert_approval(self, approval: Approval) -> bool:
         return self._changed(INSERT_APPROVAL, approval_cells(approval))
+
+    def get_notification(self, notification_id: str) -> NotificationRecord | None:
+        row = self._one(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE notification_id = ?",
+            (notification_id,),
+        )
+        return None if row is None else NotificationRecord.from_row(row)
+
+    def due_notifications(self, now: float, limit: int) -> list[NotificationRecord]:
+        rows = self._all(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications "
+            "WHERE delivered_at IS NULL AND next_attempt_at <= ? "
+            "ORDER BY created_at, notification_id LIMIT ?",
+            (now, limit),
+        )
+        return [NotificationRecord.from_row(r) for r in rows]
+
+    def _insert_notification(self, n: NotificationRecord) -> bool:
+        return self._changed(INSERT_NOTIFICATION, n.row())
+
+    def _cas_notification(self, n: NotificationRecord, expected_attempts: int) -> bool:
+        return self._changed(
+            CAS_NOTIFICATION, (*n.changing_cells(), n.notification_id, expected_attempts)
+        )
 
     def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
         # Of the indexed columns only the status ever changes; the record carries the rest.

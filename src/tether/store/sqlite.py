@@ -160,6 +160,20 @@ MIGRATIONS: list[str] = [
         UPDATE effect_counts SET n = n - 1 WHERE run_id = OLD.run_id;
     END;
     """,
+    """
+    -- The notification outbox: a row is written with the approval request it announces, in
+    -- the same transaction, and a sender delivers it later (the gate never waits on it).
+    CREATE TABLE notifications (
+        notification_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        next_attempt_at REAL NOT NULL,
+        attempts INTEGER NOT NULL,
+        delivered_at REAL,
+        record_json TEXT NOT NULL
+    );
+    CREATE INDEX notifications_due ON notifications (delivered_at, next_attempt_at);
+    """,
 ]
 
 

@@ -1,0 +1,272 @@
+"""Telling approvers that a call waits for them: an outbox, and a sender that empties it.
+
+The gate writes a notification row in the very transaction that records the approval request
+(``notification_for``), so a request never exists without its notification and a rolled-back
+one never announces anything. It never sends: a slow or dead receiver cannot hold up a call.
+A ``Sender`` (run by ``tether serve``, or alone by ``tether notify``) later claims due rows and
+POSTs them to the configured webhooks, retrying with exponential backoff until each webhook
+has answered 2xx. Delivery is at least once: a receiver may see a notification twice (a
+sender that dies after the POST but before recording it), so every delivery carries the
+notification's id for the receiver to deduplicate on.
+
+Generic webhooks get JSON signed with HMAC-SHA256 over ``<timestamp>.<body>`` (header
+``X-Tether-Signature: sha256=<hex>``, ``X-Tether-Timestamp``); Slack incoming webhooks get
+Slack's ``{"text": ...}`` message (Slack signs nothing on that path; the URL is the secret).
+A notification holds no arguments: they are attacker-controlled and may be sensitive, and
+the approval page shows them to whoever signs in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from tether.approvals import Approval
+from tether.digest import canonical_json
+from tether.errors import ConfigurationError
+from tether.store.base import NotificationRecord, Store
+
+APPROVAL_REQUESTED = "approval_requested"
+SIGNATURE_HEADER = "X-Tether-Signature"
+TIMESTAMP_HEADER = "X-Tether-Timestamp"
+ID_HEADER = "X-Tether-Notification-Id"
+
+Format = Literal["json", "slack"]
+
+
+def notification_for(approval: Approval, now: float) -> NotificationRecord:
+    """The outbox row announcing a new approval request (its id is the receivers' dedup key)."""
+    about = {
+        "approval_id": approval.approval_id,
+        "run_id": approval.run_id,
+        "tenant": approval.tenant,
+        "tool": approval.tool,
+        "resource": approval.resource,  # never from a sensitive field (approvals.resource_of)
+        "requested_by": approval.actor,
+        "policy_version": approval.policy_version,
+        "requested_at": approval.created_at,
+        "expires_at": approval.expires_at,
+    }
+    return NotificationRecord(
+        notification_id=f"ntf-{approval.approval_id}",
+        kind=APPROVAL_REQUESTED,
+        created_at=now,
+        next_attempt_at=now,
+        attempts=0,
+        delivered_at=None,
+        record_json=canonical_json({"about": about, "delivered_to": [], "last_error": None}),
+    )
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """Where notifications go. ``secret`` signs generic deliveries (required for them)."""
+
+    url: str
+    format: Format = "json"
+    secret: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"webhook {self.url!r} must be an http:// or https:// URL")
+        if self.format == "json" and not self.secret:
+            raise ConfigurationError(
+                "a generic webhook needs a signing secret: set $TETHER_WEBHOOK_SECRET "
+                "(receivers check X-Tether-Signature with it)"
+            )
+
+    @property
+    def key(self) -> str:
+        """How the outbox remembers this webhook was served, without storing its URL (a
+        Slack URL is a credential)."""
+        return hashlib.sha256(f"{self.format} {self.url}".encode()).hexdigest()[:16]
+
+
+def sign(secret: bytes, timestamp: str, body: bytes) -> str:
+    mac = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={mac}"
+
+
+def verify_signature(secret: bytes, timestamp: str, body: bytes, signature: str) -> bool:
+    """What a receiver checks: the body is the one tether signed at ``timestamp``."""
+    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def approval_link(base_url: str | None, approval_id: str) -> str | None:
+    return None if not base_url else f"{base_url.rstrip('/')}/approvals/{approval_id}"
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render(
+    notification: NotificationRecord, webhook: Webhook, base_url: str | None, now: float
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one delivery."""
+    about = json.loads(notification.record_json)["about"]
+    link = approval_link(base_url, about["approval_id"])
+    headers = {"Content-Type": "application/json", ID_HEADER: notification.notification_id}
+    if webhook.format == "slack":
+        e = _slack_escape
+        text = (
+            f"Approval needed: {e(about['tool'])} on {e(about['resource'])} "
+            f"(tenant {e(about['tenant'])}, requested by {e(about['requested_by'])})"
+        )
+        if link:
+            text += f" <{link}|Review it>"
+        body = json.dumps({"text": text}).encode()
+        return body, headers
+    body = canonical_json(
+        {
+            "id": notification.notification_id,
+            "kind": notification.kind,
+            "approval": about,
+            "link": link,
+        }
+    ).encode()
+    timestamp = f"{now:.0f}"
+    assert webhook.secret is not None  # __post_init__ requires one for this format
+    headers[TIMESTAMP_HEADER] = timestamp
+    headers[SIGNATURE_HEADER] = sign(webhook.secret, timestamp, body)
+    return body, headers
+
+
+def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> None:
+    """POST, raising ``OSError`` unless the receiver answered 2xx."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+            status = response.status
+    except urllib.error.HTTPError as e:
+        raise OSError(f"HTTP {e.code}") from None
+    if not 200 <= status < 300:
+        raise OSError(f"HTTP {status}")
+
+
+@dataclass
+class SendStats:
+    delivered: int = 0
+    failed_attempts: int = 0
+
+
+class Sender:
+    """Delivers due notifications to every webhook; safe to run in several processes at once
+    (a row is claimed by a compare-and-swap on its attempt count)."""
+
+    def __init__(
+        self,
+        store: Store,
+        webhooks: Sequence[Webhook],
+        *,
+        base_url: str | None = None,
+        retry_base_s: float = 2.0,
+        max_backoff_s: float = 600.0,
+        timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        deliver: Callable[[str, bytes, dict[str, str], float], None] = post,
+    ) -> None:
+        self.store, self.webhooks, self.base_url = store, tuple(webhooks), base_url
+        self.retry_base_s, self.max_backoff_s, self.timeout_s = (
+            retry_base_s,
+            max_backoff_s,
+            timeout_s,
+        )
+        self.clock, self.deliver = clock, deliver
+        self.stats = SendStats()
+        self._stop = threading.Event()
+
+    def backoff(self, attempts: int) -> float:
+        return float(min(self.retry_base_s * 2 ** max(attempts - 1, 0), self.max_backoff_s))
+
+    def send_due(self, limit: int = 50) -> int:
+        """One pass: claim what is due and try it; how many were fully delivered."""
+        if not self.webhooks:
+            return 0  # kept in the outbox until a sender with somewhere to send comes along
+        done = 0
+        for claimed in self._claim(limit):
+            if self._attempt(claimed):
+                done += 1
+        return done
+
+    def _claim(self, limit: int) -> list[NotificationRecord]:
+        now = self.clock()
+        # The claim pushes the next attempt past this one's worst case, so no other sender
+        # takes the row while it is in flight; the outcome then sets the real retry time.
+        lease = self.timeout_s * len(self.webhooks) + self.backoff(1)
+        claimed = []
+        with self.store.transaction() as tx:
+            for row in tx.due_notifications(now, limit):
+                mine = replace(row, attempts=row.attempts + 1, next_attempt_at=now + lease)
+                if tx.update_notification(mine, row.attempts):
+                    claimed.append(mine)
+        return claimed
+
+    def _attempt(self, row: NotificationRecord) -> bool:
+        record = json.loads(row.record_json)
+        served: set[str] = set(record["delivered_to"])
+        errors = []
+        for webhook in self.webhooks:
+            if webhook.key in served:
+                continue
+            body, headers = render(row, webhook, self.base_url, self.clock())
+            try:
+                self.deliver(webhook.url, body, headers, self.timeout_s)
+            except OSError as e:
+                # The URL is not in the message: a Slack URL is a credential.
+                errors.append(f"{webhook.format} webhook {webhook.key}: {e}")
+                self.stats.failed_attempts += 1
+                continue
+            served.add(webhook.key)
+        now = self.clock()
+        record = {**record, "delivered_to": sorted(served), "last_error": "; ".join(errors) or None}
+        finished = replace(
+            row,
+            record_json=canonical_json(record),
+            delivered_at=None if errors else now,
+            next_attempt_at=now + self.backoff(row.attempts) if errors else row.next_attempt_at,
+        )
+        with self.store.transaction() as tx:
+            tx.update_notification(finished, row.attempts)
+        if not errors:
+            self.stats.delivered += 1
+        return not errors
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, *, poll_s: float = 1.0, until: Callable[[], bool] | None = None) -> SendStats:
+        """Send until stopped (or until ``until()`` says so after a pass)."""
+        while not self._stop.is_set():
+            try:
+                self.send_due()
+            except Exception as e:  # a store hiccup must not end the sender; say it, go on
+                import sys
+
+                print(f"tether notify: {e}", file=sys.stderr)
+            if until is not None and until():
+                break
+            self._stop.wait(poll_s)
+        return self.stats
+
+
+def pending_count(store: Store) -> int:
+    return sum(1 for n in store.list_notifications() if n.delivered_at is None)
+
+
+def outbox_summary(store: Store) -> dict[str, Any]:
+    rows = store.list_notifications()
+    return {
+        "notifications": len(rows),
+        "delivered": sum(1 for n in rows if n.delivered_at is not None),
+        "waiting": sum(1 for n in rows if n.delivered_at is None),
+    }
