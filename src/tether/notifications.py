@@ -145,7 +145,7 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> No
 
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             status = response.status
     except urllib.error.HTTPError as e:
         raise OSError(f"HTTP {e.code}") from None

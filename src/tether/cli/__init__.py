@@ -37,6 +37,8 @@ from tether.cli.runs import recover_command, run_command, runs, worker_command
 # has no need for. name -> (module, attribute, the line ``tether --help`` shows for it).
 LAZY: dict[str, tuple[str, str, str]] = {
     "audit": ("tether.cli_audit", "audit", "Inspect the hash-chained audit log."),
+    "serve": ("tether.cli.serve", "serve", "Serve the approval inbox: pages and a JSON API."),
+    "notify": ("tether.cli.serve", "notify", "Deliver approval notifications to webhooks."),
 }
 
 

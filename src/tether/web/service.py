@@ -1,0 +1,249 @@
+"""What the inbox's pages and API both do, with the same rules: who may see an approval,
+what a page shows about it, and deciding it through ``tether.decisions`` (the functions the
+command line uses; the rules themselves live in ``tether.approvals.check_decider``).
+
+An approval of a tenant the signed-in approver does not serve is not found, whatever its id:
+a 403 would confirm it exists. Every refusal becomes a ``WebError`` with a stable code.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether.approvals import Approval, ApprovalStatus
+from tether.decisions import decide_approval, edit_approval
+from tether.errors import (
+    ApprovalStateError,
+    ApproverNotAuthorized,
+    ConfigurationError,
+    CredentialRefused,
+    InvalidArguments,
+    PolicyDenied,
+    StoreError,
+    TetherError,
+)
+from tether.identity import Identity
+
+if TYPE_CHECKING:
+    from tether.app import App
+    from tether.store import Store
+    from tether.tools import Manifest
+
+
+class WebError(Exception):
+    """A refusal as the API answers it: an HTTP status, a stable code, one sentence."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def not_found(approval_id: str) -> WebError:
+    return WebError(404, "not_found", f"no approval {approval_id} that you may see")
+
+
+_TIER = re.compile(r"^tier (\w+):")
+
+
+@dataclass
+class Inbox:
+    """The store, seen by one approver at a time."""
+
+    store: Store
+    app_ref: str | None = None  # the app to load for edits when a run does not name one
+    clock: Callable[[], float] = time.time
+    _apps: dict[str, App] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- seeing --------------------------------------------------------------------------------
+    def visible(
+        self, who: Identity, status: ApprovalStatus | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        """The approvals of ``who``'s tenants, newest first."""
+        rows = self.store.list_approvals(status, run_id=run_id)
+        return [a for a in reversed(rows) if who.allows_tenant(a.tenant)]
+
+    def decidable(self, who: Identity) -> list[Approval]:
+        """What the inbox lists: pending approvals ``who`` may decide (their tenants, their
+        tools, not their own requests), newest first."""
+        return [a for a in self.visible(who, ApprovalStatus.PENDING) if may_decide(a, who)]
+
+    def get(self, who: Identity, approval_id: str) -> Approval:
+        with self.store.read() as tx:
+            found = tx.get_approval(approval_id)
+        if found is None or not who.allows_tenant(found.tenant):
+            raise not_found(approval_id)
+        return found
+
+    def details(self, who: Identity, approval: Approval) -> dict[str, Any]:
+        """Everything a page or the API shows about one approval (arguments masked)."""
+        data = approval.public_dict()
+        reasons = self.reasons(approval)
+        manifest = self.manifest(approval)
+        risk = next((m.group(1) for r in reasons if (m := _TIER.match(r))), None)
+        if risk is None and manifest is not None:
+            risk = manifest.risk.value
+        now = self.clock()
+        return {
+            **data,
+            "reasons": reasons,
+            "risk": risk,
+            "expired": approval.status is ApprovalStatus.PENDING and now > approval.expires_at,
+            "can_decide": may_decide(approval, who) and now <= approval.expires_at,
+        }
+
+    def reasons(self, approval: Approval) -> list[str]:
+        """Why the policy asked, as recorded when the request (or the edit) was made."""
+        for entry in reversed(self.store.audit_tail(run_id=approval.run_id, limit=2000)):
+            data = entry.record.get("data", {})
+            if entry.kind == "approval_requested" and data.get("approval_id") == (
+                approval.approval_id
+            ):
+                return [str(r) for r in data.get("reasons", [])]
+            if entry.kind == "approval_edited" and data.get("replaced_by") == (
+                approval.approval_id
+            ):
+                return [str(r) for r in data.get("decision", {}).get("reasons", [])]
+        return []
+
+    def steps(self, run_id: str, limit: int = 12) -> list[dict[str, Any]]:
+        with self.store.read() as tx:
+            steps = tx.steps(run_id)
+        return [s.to_dict() for s in steps[-limit:]]
+
+    def trail(self, who: Identity, run_id: str) -> list[dict[str, Any]]:
+        """A run's audit entries, oldest first; 404 unless ``who`` serves its tenant."""
+        with self.store.read() as tx:
+            run = tx.get_run(run_id)
+        if run is None or not who.allows_tenant(run.tenant_id):
+            raise WebError(404, "not_found", f"no run {run_id} that you may see")
+        return [
+            {
+                "seq": e.seq,
+                "kind": e.kind,
+                "at": e.record.get("at"),
+                "actor": e.record.get("actor"),
+                "data": e.record.get("data", {}),
+            }
+            for e in self.store.audit_tail(run_id=run_id, limit=500)
+        ]
+
+    def verify(self) -> dict[str, Any]:
+        """``tether audit verify``'s verdict on the whole log."""
+        try:
+            report = self.store.verify_audit()
+        except TetherError as e:
+            return {"intact": None, "entries": 0, "problem": str(e)}
+        return {"intact": report.intact, "entries": report.entries, "problem": report.problem}
+
+    # -- the app, for the edit form's schema and the edit's judgement -------------------------
+    def app_for(self, run_id: str) -> App:
+        import json
+
+        from tether.app import load_app
+
+        with self.store.read() as tx:
+            record = tx.get_run(run_id)
+        ref = None
+        if record is not None:
+            ref = json.loads(record.checkpoint_json).get("app")
+        ref = ref or self.app_ref
+        if not ref:
+            raise ConfigurationError(
+                f"run {run_id} was not started with --app, so its tools' schemas are unknown "
+                "here; start tether serve with --app module:attribute"
+            )
+        with self._lock:
+            if ref not in self._apps:
+                self._apps[ref] = load_app(ref)
+            return self._apps[ref]
+
+    def manifest(self, approval: Approval) -> Manifest | None:
+        try:
+            tool = self.app_for(approval.run_id).registry.resolve(
+                approval.tool, approval.tool_version
+            )
+        except TetherError:
+            return None
+        return tool.manifest
+
+    # -- deciding --------------------------------------------------------------------------------
+    def decide(
+        self, who: Identity, approval_id: str, *, approve: bool, reason: str | None
+    ) -> Approval:
+        approval = self.get(who, approval_id)
+        with refusals(approval, self.clock):
+            return decide_approval(
+                self.store, approval_id, who, approve=approve, now=self.clock(), reason=reason
+            )
+
+    def edit(
+        self,
+        who: Identity,
+        approval_id: str,
+        arguments: Mapping[str, Any],
+        reason: str | None,
+    ) -> Approval:
+        """An edit is a new proposal: the tool's schema and the policy judge it again."""
+        approval = self.get(who, approval_id)
+        with refusals(approval, self.clock):
+            app = self.app_for(approval.run_id)
+            return edit_approval(
+                self.store,
+                app.registry,
+                app.policy,
+                approval_id,
+                who,
+                dict(arguments),
+                now=self.clock(),
+                reason=reason,
+            )
+
+
+def may_decide(approval: Approval, who: Identity) -> bool:
+    """Whether ``who`` could decide ``approval`` by the rules in force when it was requested
+    (the decision itself checks again, in its transaction)."""
+    return (
+        approval.status is ApprovalStatus.PENDING
+        and who.allows_tenant(approval.tenant)
+        and who.name in approval.approvers
+        and who.name != approval.actor
+    )
+
+
+@contextmanager
+def refusals(approval: Approval, clock: Callable[[], float]) -> Iterator[None]:
+    """Turns what deciding raises into ``WebError``s with stable codes."""
+    try:
+        yield
+    except TetherError as e:
+        raise web_error(e, approval, clock()) from e
+
+
+def web_error(e: TetherError, approval: Approval, now: float) -> WebError:
+    message = str(e)
+    if isinstance(e, InvalidArguments):
+        return WebError(422, "invalid_arguments", message)
+    if isinstance(e, PolicyDenied):
+        return WebError(403, "policy_denied", message)
+    if isinstance(e, ApproverNotAuthorized):
+        return WebError(403, "not_authorized", message)
+    if isinstance(e, CredentialRefused):
+        return WebError(401, "credential_refused", message)
+    if isinstance(e, ApprovalStateError):
+        if approval.status is not ApprovalStatus.PENDING:
+            return WebError(409, "not_pending", message)
+        if now > approval.expires_at:
+            return WebError(409, "expired", message)
+        return WebError(409, "conflict", message)
+    if isinstance(e, ConfigurationError):
+        return WebError(409, "edit_unavailable", message)
+    if isinstance(e, StoreError):
+        return WebError(503, "store_unavailable", message)
+    return WebError(400, "refused", message)
