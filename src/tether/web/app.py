@@ -225,16 +225,21 @@ def _summary(data: Mapping[str, Any]) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def create_app(config: WebConfig) -> FastAPI:
-    store = config.store
-    inbox = Inbox(store, app_ref=config.app_ref, clock=config.clock)
-    sessions, limiter = config.sessions, config.limiter
+def make_templates() -> jinja2.Environment:
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,  # every template is HTML; arguments must arrive as text
         undefined=jinja2.StrictUndefined,
     )
     templates.filters["when"] = _when
+    return templates
+
+
+def create_app(config: WebConfig) -> FastAPI:
+    store = config.store
+    inbox = Inbox(store, app_ref=config.app_ref, clock=config.clock)
+    sessions, limiter = config.sessions, config.limiter
+    templates = make_templates()
 
     api = FastAPI(
         title="tether approvals API",

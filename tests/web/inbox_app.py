@@ -1,0 +1,65 @@
+"""The app the inbox tests serve (``--app tests.web.inbox_app:app``): one refund tool whose
+schema has limits an edit form must respect, asked about for every call, decided by alice or
+bob; and helpers that put real approval requests in a store through the real gate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from tether import App, Gate, Policy, Principal, Registry, Risk, ScriptedModel, Store, ToolCall
+from tether.errors import ApprovalRequired
+from tether.identity import add_identity
+
+registry = Registry()
+
+
+@registry.tool(risk=Risk.WRITE, sensitive_fields={"card_token"})
+def refund(
+    order_id: Annotated[str, Field(pattern=r"^O-[0-9]+$")],
+    amount: Annotated[int, Field(ge=1, le=500)],
+    currency: Literal["EUR", "USD"] = "EUR",
+    note: str = "",
+    card_token: str = "",
+    notify_customer: bool = False,
+) -> dict[str, Any]:
+    """Refund an order."""
+    return {"refunded": amount, "order_id": order_id}
+
+
+POLICY = Policy(version="inbox-1", approvers=frozenset({"alice", "bob"}))
+AGENT = Principal(subject="agent-7", tenant="acme")
+
+app = App(
+    registry=registry,
+    policy=POLICY,
+    model=lambda: ScriptedModel(["done"]),
+    principal=AGENT,
+)
+
+
+def propose(
+    store: Store,
+    tenant: str = "acme",
+    ttl_s: float | None = None,
+    **arguments: Any,
+) -> str:
+    """A pending approval for a refund in ``tenant``, requested through the gate; its id."""
+    policy = POLICY if ttl_s is None else replace(POLICY, approval_ttl_s=ttl_s)
+    gate = Gate(registry, policy, store)
+    run_id = gate.start_run(replace(AGENT, tenant=tenant))
+    args = {"order_id": "O-1001", "amount": 25, **arguments}
+    try:
+        gate.call(run_id, ToolCall(call_id=f"c-{time.monotonic_ns()}", tool="refund", arguments=args))
+    except ApprovalRequired as signal:
+        return signal.approval_id
+    raise AssertionError("the policy should have asked for approval")
+
+
+def approver(store: Store, name: str, *tenants: str) -> str:
+    """Register an approver of ``tenants``; their credential."""
+    _, token = add_identity(store, name, "approver", now=time.time(), tenants=tenants)
+    return token
