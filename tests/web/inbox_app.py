@@ -25,6 +25,7 @@ def refund(
     note: str = "",
     card_token: str = "",
     notify_customer: bool = False,
+    case_id: str = "",  # free text that becomes the approval's resource label when given
 ) -> dict[str, Any]:
     """Refund an order."""
     return {"refunded": amount, "order_id": order_id}
@@ -53,7 +54,9 @@ def propose(
     run_id = gate.start_run(replace(AGENT, tenant=tenant))
     args = {"order_id": "O-1001", "amount": 25, **arguments}
     try:
-        gate.call(run_id, ToolCall(call_id=f"c-{time.monotonic_ns()}", tool="refund", arguments=args))
+        gate.call(
+            run_id, ToolCall(call_id=f"c-{time.monotonic_ns()}", tool="refund", arguments=args)
+        )
     except ApprovalRequired as signal:
         return signal.approval_id
     raise AssertionError("the policy should have asked for approval")

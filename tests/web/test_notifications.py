@@ -1,0 +1,214 @@
+"""Notifications: an outbox row commits with each approval request (on every store), and a
+sender delivers it to a real local HTTP receiver that fails the first attempts; every
+notification arrives, correctly signed, exactly once after deduplication by its id."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Backend
+from tests.web.inbox_app import propose
+from tether import SQLiteStore
+from tether.notifications import (
+    ID_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    Sender,
+    Webhook,
+    verify_signature,
+)
+
+SECRET = b"receiver-shared-secret"
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that answers 500 to the first ``fail_first`` POSTs of
+    each notification id, then 200; it keeps every request it was sent."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.fail_first = fail_first
+        self.requests: list[tuple[dict[str, str], bytes, int]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with receiver.lock:
+                    tries = sum(
+                        1
+                        for h, _, _ in receiver.requests
+                        if h.get("x-tether-notification-id")
+                        == headers.get("x-tether-notification-id")
+                    )
+                    code = 500 if tries < receiver.fail_first else 200
+                    receiver.requests.append((headers, body, code))
+                self.send_response(code)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def delivered(self) -> dict[str, dict[str, object]]:
+        """What was accepted, deduplicated by notification id."""
+        out: dict[str, dict[str, object]] = {}
+        for headers, body, code in self.requests:
+            if code == 200:
+                out.setdefault(headers[ID_HEADER.lower()], json.loads(body))
+        return out
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver(fail_first=2)
+    yield r
+    r.close()
+
+
+def test_an_approval_request_writes_its_outbox_row_in_the_same_transaction(
+    backend: Backend,
+) -> None:
+    aid = propose(backend.store, card_token="tok_live_abcdef123456")
+    rows = backend.open().list_notifications()
+    assert [r.notification_id for r in rows] == [f"ntf-{aid}"]
+    about = json.loads(rows[0].record_json)["about"]
+    assert about["approval_id"] == aid and about["tenant"] == "acme"
+    assert "tok_live" not in rows[0].record_json  # no arguments, sensitive or not
+    assert rows[0].delivered_at is None
+
+
+def test_every_notification_arrives_signed_exactly_once(tmp_path: Path, receiver: Receiver) -> None:
+    store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    try:
+        # Requested while no sender runs: the gate never waited on a webhook.
+        ids = [propose(store, amount=n + 1) for n in range(3)]
+        sender = Sender(
+            store,
+            [Webhook(receiver.url, "json", SECRET)],
+            base_url="https://inbox.example",
+            retry_base_s=0.05,
+            timeout_s=2,
+        )
+        deadline = time.monotonic() + 20
+        while any(n.delivered_at is None for n in store.list_notifications()):
+            assert time.monotonic() < deadline, receiver.requests
+            sender.send_due()
+            time.sleep(0.02)
+        delivered = receiver.delivered()
+        assert sorted(delivered) == sorted(f"ntf-{a}" for a in ids)
+        for headers, body, _ in receiver.requests:
+            timestamp = headers[TIMESTAMP_HEADER.lower()]
+            assert verify_signature(SECRET, timestamp, body, headers[SIGNATURE_HEADER.lower()])
+            assert not verify_signature(b"another secret", timestamp, body, "sha256=00")
+        # Each was refused twice, then taken once: retried, and never sent again after.
+        assert len(receiver.requests) == 3 * 3
+        for nid, payload in delivered.items():
+            approval_id = nid.removeprefix("ntf-")
+            assert payload["link"] == f"https://inbox.example/approvals/{approval_id}"
+            assert payload["approval"]["approval_id"] == approval_id  # type: ignore[index]
+        assert all(n.attempts == 3 for n in store.list_notifications())
+        sender.send_due()
+        assert len(receiver.requests) == 9  # nothing left to send
+    finally:
+        store.close()
+
+
+def test_two_senders_never_deliver_one_attempt_twice(tmp_path: Path) -> None:
+    receiver = Receiver(fail_first=0)
+    store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    other = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    try:
+        for n in range(10):
+            propose(store, amount=n + 1)
+        hooks = [Webhook(receiver.url, "json", SECRET)]
+        senders = [Sender(s, hooks, retry_base_s=5) for s in (store, other)]
+        threads = [threading.Thread(target=s.send_due) for s in senders]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(receiver.requests) == 10
+        assert len(receiver.delivered()) == 10
+    finally:
+        other.close()
+        store.close()
+        receiver.close()
+
+
+def test_slack_gets_its_own_format_with_the_link(tmp_path: Path) -> None:
+    receiver = Receiver()
+    store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    try:
+        aid = propose(store, case_id="<b>&")
+        Sender(store, [Webhook(receiver.url, "slack")], base_url="https://i.example").send_due()
+        ((headers, body, _),) = receiver.requests
+        text = json.loads(body)["text"]
+        assert f"<https://i.example/approvals/{aid}|Review it>" in text
+        assert "case:&lt;b&gt;&amp;" in text  # Slack's escaping: no injected markup
+        assert headers[ID_HEADER.lower()] == f"ntf-{aid}"
+    finally:
+        store.close()
+        receiver.close()
+
+
+def test_tether_notify_delivers_the_outbox(tmp_path: Path) -> None:
+    receiver = Receiver(fail_first=1)
+    db = f"sqlite:///{tmp_path}/t.db"
+    store = SQLiteStore(db)
+    try:
+        propose(store)
+        propose(store, amount=3)
+    finally:
+        store.close()
+    env = {**os.environ, "TETHER_WEBHOOK_SECRET": SECRET.decode()}
+    cmd = [sys.executable, "-m", "tether", "notify", "--db", db, "--webhook", receiver.url]
+    try:
+        first = subprocess.run(
+            [*cmd, "--once", "--json", "--retry-base", "0.01"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert json.loads(first.stdout)["waiting"] == 2  # both refused once
+        time.sleep(0.05)
+        second = subprocess.run(
+            [*cmd, "--once", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert json.loads(second.stdout) == {
+            "notifications": 2,
+            "delivered": 2,
+            "waiting": 0,
+            "failed_attempts": 0,
+        }
+        assert len(receiver.delivered()) == 2
+        missing = subprocess.run([*cmd[:-2]], env=env, capture_output=True, text=True, timeout=60)
+        assert missing.returncode == 2 and "--webhook" in missing.stderr
+    finally:
+        receiver.close()
