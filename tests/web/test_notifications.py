@@ -208,7 +208,9 @@ def test_tether_notify_delivers_the_outbox(tmp_path: Path) -> None:
             "failed_attempts": 0,
         }
         assert len(receiver.delivered()) == 2
-        missing = subprocess.run([*cmd[:-2]], env=env, capture_output=True, text=True, timeout=60)
+        missing = subprocess.run(
+            [*cmd[:-2]], check=False, env=env, capture_output=True, text=True, timeout=60
+        )
         assert missing.returncode == 2 and "--webhook" in missing.stderr
     finally:
         receiver.close()

@@ -274,8 +274,13 @@ def create_app(config: WebConfig) -> FastAPI:
         assert isinstance(e, WebError)
         if is_api(request):
             return error_json(e)
-        session = sessions.current(request.cookies.get(COOKIE))
-        return page(request, session, None, "error.html", {"title": e.message}, e.status)
+
+        def show() -> Response:
+            session = sessions.current(request.cookies.get(COOKIE))
+            who = page_identity(request, session)
+            return page(request, session, who, "error.html", {"title": e.message}, e.status)
+
+        return await run_in_threadpool(show)
 
     async def on_invalid(request: Request, e: Exception) -> Response:
         assert isinstance(e, RequestValidationError)

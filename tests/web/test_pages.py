@@ -1,0 +1,249 @@
+"""The inbox pages in process (real SQLite store, real gate): sessions, CSRF on sign-in, the
+trusted-proxy header, revocation, the sign-in limiter, history and a run's trail; and the
+rendering of provenance and of the schema-generated form, as units."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.web.inbox_app import approver, propose, registry
+from tether import SQLiteStore
+from tether.identity import revoke_identity
+from tether.web.app import WebConfig, create_app, make_templates, provenance_rows
+from tether.web.auth import COOKIE, ProxyAuth, Sessions
+from tether.web.forms import form_fields, read_form
+
+APP = "tests.web.inbox_app:app"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    yield s
+    s.close()
+
+
+def csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+def signed_in(client: TestClient, token: str) -> str:
+    """Sign in through the form; the CSRF token of the signed-in session."""
+    page = client.get("/")
+    r = client.post("/signin", data={"token": token, "csrf": csrf(page.text)})
+    assert r.status_code == 200 and "Waiting for you" in r.text, r.text
+    return csrf(r.text)
+
+
+def test_signing_in_needs_the_forms_csrf_token(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    with TestClient(create_app(WebConfig(store))) as client:
+        client.get("/")
+        r = client.post("/signin", data={"token": token})
+        assert r.status_code == 403
+        assert "Waiting for you" not in client.get("/").text
+        signed_in(client, token)
+
+
+def test_a_revoked_credential_ends_its_session(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    with TestClient(create_app(WebConfig(store))) as client:
+        signed_in(client, token)
+        revoke_identity(store, "alice", "approver", now=time.time())
+        assert "Sign in to approve" in client.get("/").text
+
+
+def test_signing_out_ends_the_session(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    with TestClient(create_app(WebConfig(store))) as client:
+        form = signed_in(client, token)
+        old = client.cookies[COOKIE]
+        client.post("/signout", data={"csrf": form})
+        assert client.cookies[COOKIE] != old
+        assert "Sign in to approve" in client.get("/").text
+
+
+def test_failed_sign_ins_are_limited(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    with TestClient(create_app(WebConfig(store, signin_limit=3))) as client:
+        codes = []
+        for _ in range(4):
+            form = csrf(client.get("/").text)
+            codes.append(client.post("/signin", data={"token": "nope", "csrf": form}).status_code)
+        assert codes == [401, 401, 401, 429]
+        form = csrf(client.get("/").text)
+        # Even the right credential waits: the limit is on the address, not the guess.
+        assert client.post("/signin", data={"token": token, "csrf": form}).status_code == 429
+
+
+def test_sessions_rotate_and_expire() -> None:
+    now = [1000.0]
+    sessions = Sessions(ttl_s=100, idle_s=30, rotate_s=20, clock=lambda: now[0])
+    anonymous = sessions.current(None)
+    alice = sessions.sign_in(anonymous, "cred-1")
+    assert alice.sid != anonymous.sid and alice.csrf != anonymous.csrf
+    now[0] += 10
+    assert sessions.current(alice.sid).sid == alice.sid
+    now[0] += 15  # past rotate_s: a new id, the same sign-in and CSRF token
+    rotated = sessions.current(alice.sid)
+    assert rotated.sid != alice.sid and rotated.credential_id == "cred-1"
+    assert rotated.csrf == alice.csrf
+    assert sessions.current(alice.sid).credential_id is None  # the old id is gone
+    now[0] += 31  # idle too long
+    assert sessions.current(rotated.sid).credential_id is None
+
+
+def test_the_proxy_header_is_believed_only_from_the_proxy(store: SQLiteStore) -> None:
+    approver(store, "bob", "acme")
+    aid = propose(store)
+    proxy = ProxyAuth.parse("X-Forwarded-User", ["10.0.0.0/24"])
+    app = create_app(WebConfig(store, proxy=proxy))
+    header = {"X-Forwarded-User": "bob"}
+    with TestClient(app, client=("10.0.0.7", 5000)) as via_proxy:
+        page = via_proxy.get("/", headers=header)
+        assert aid in page.text and "(via proxy)" in page.text
+        r = via_proxy.post(
+            f"/approvals/{aid}/approve", headers=header, data={"csrf": csrf(page.text)}
+        )
+        assert r.status_code == 200
+    granted = store.audit_tail(kind="approval_granted", limit=1)[0].record
+    assert (granted["actor"], granted["data"]["via"]) == ("bob", "proxy")
+    with TestClient(app, client=("192.168.1.9", 5000)) as elsewhere:
+        assert "Sign in to approve" in elsewhere.get("/", headers=header).text
+    with TestClient(app, client=("10.0.0.7", 5000)) as unknown:
+        assert "Sign in" in unknown.get("/", headers={"X-Forwarded-User": "mallory"}).text
+    with pytest.raises(Exception, match="trusted-proxy"):
+        ProxyAuth.parse("X-Forwarded-User", [])
+
+
+def test_history_and_a_runs_trail_show_the_audit_verdict(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    aid = propose(store)
+    with TestClient(create_app(WebConfig(store, app_ref=APP))) as client:
+        form = signed_in(client, token)
+        client.post(f"/approvals/{aid}/deny", data={"csrf": form, "reason": "no"})
+        history = client.get("/history").text
+        assert aid in history and "denied" in history
+        assert "intact" in history and "NOT" not in history
+        run_id = store.list_approvals()[0].run_id
+        trail = client.get(f"/runs/{run_id}").text
+        assert "approval_requested" in trail and "approval_denied" in trail
+        other = propose(store, tenant="globex")
+        other_run = next(a.run_id for a in store.list_approvals() if a.approval_id == other)
+        assert client.get(f"/runs/{other_run}").status_code == 404
+
+
+def test_a_deny_without_a_reason_is_refused_in_the_page(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    aid = propose(store)
+    with TestClient(create_app(WebConfig(store))) as client:
+        form = signed_in(client, token)
+        r = client.post(f"/approvals/{aid}/deny", data={"csrf": form, "reason": "  "})
+        assert r.status_code == 422 and "Say why" in r.text
+    assert store.list_approvals()[0].status.value == "pending"
+
+
+def test_provenance_is_rendered_as_text_when_present() -> None:
+    provenance = [
+        {"argument": "order_id", "value": "O-1", "trusted": True, "source": "user"},
+        {
+            "argument": "amount",
+            "value": "<b>400</b>",
+            "trusted": False,
+            "call_id": "c-3",
+            "tool": "read_email",
+        },
+    ]
+    rows = provenance_rows(provenance)
+    assert rows[1] == {
+        "argument": "amount",
+        "value": "<b>400</b>",
+        "source": "read_email · c-3",
+        "trusted": False,
+    }
+    html = render_approval(rows)
+    assert 'id="provenance"' in html
+    assert "&lt;b&gt;400&lt;/b&gt;" in html and "<b>400" not in html
+    assert 'class="untrusted"' in html
+    assert 'id="provenance"' not in render_approval(provenance_rows(None))
+
+
+def render_approval(provenance: list[dict[str, object]]) -> str:
+    a = {
+        "approval_id": "apr-1",
+        "tool": "refund",
+        "status": "pending",
+        "expired": False,
+        "risk": "write",
+        "resource": "order:O-1",
+        "actor": "agent-7",
+        "tenant": "acme",
+        "created_at": 0.0,
+        "run_id": "run-1",
+        "call_id": "c-1",
+        "policy_version": "p-1",
+        "approvers": ["alice"],
+        "expires_at": 60.0,
+        "argument_digest": "sha256:a",
+        "call_digest": "sha256:b",
+        "reasons": [],
+        "decision": None,
+        "replaced_by": None,
+        "replaces": None,
+        "redacted": [],
+        "can_decide": False,
+    }
+    return (
+        make_templates()
+        .get_template("approval.html")
+        .render(
+            a=a,
+            arguments_json="{}",
+            provenance=provenance,
+            steps=[],
+            fields=[],
+            edit_note="",
+            edit_open=False,
+            who=None,
+            csrf="t",
+            notice=None,
+            error=None,
+        )
+    )
+
+
+def test_the_form_follows_the_schema_and_reads_back() -> None:
+    schema = registry.get("refund").manifest.parameters
+    original = {"order_id": "O-1", "amount": 5, "card_token": "secret-card"}
+    fields = {f.name: f for f in form_fields(schema, original, frozenset({"card_token"}))}
+    assert fields["amount"].kind == "integer" and fields["amount"].attrs["max"] == "500"
+    assert fields["order_id"].required and not fields["note"].required
+    assert fields["card_token"].value == "" and fields["card_token"].masked
+    assert fields["notify_customer"].kind == "checkbox"
+    assert [v for v, _ in fields["currency"].options] == ['"EUR"', '"USD"']
+    form = {
+        "arg.order_id": "O-9",
+        "arg.amount": "12",
+        "arg.currency": '"USD"',
+        "arg.card_token": "",
+        "arg.notify_customer": "on",
+    }
+    arguments, problems = read_form(list(fields.values()), form, original)
+    assert problems == []
+    assert arguments == {
+        "order_id": "O-9",
+        "amount": 12,
+        "currency": "USD",
+        "card_token": "secret-card",
+        "notify_customer": True,
+    }
+    _, problems = read_form(list(fields.values()), {"arg.amount": "twelve"}, original)
+    assert problems == ["'order_id' is required", "'amount' must be a whole number"]
