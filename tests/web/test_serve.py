@@ -1,0 +1,115 @@
+"""`tether serve` as a user runs it: the demo's run waits for approval, the API decides it,
+and `--resume-runs` drives the run to the end in the server's own process (one witness-
+recorded close_ticket). And the command tree stays cheap: `tether --help` loads no web stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+APP = "tether.demo:support"
+SERVE = (sys.executable, "-m", "tether", "serve")
+
+
+def tether(*args: str, env: dict[str, str], cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_serve_resumes_a_run_decided_through_the_api(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/t.db"
+    env = {**os.environ, "TETHER_DB": db, "TETHER_DEMO_WORLD": str(tmp_path / "world.db")}
+    env.pop("TETHER_APPROVER_TOKEN", None)
+    run = json.loads(
+        tether("run", "--app", APP, "--json", "close ticket T-7", env=env, cwd=tmp_path)
+        .strip()
+        .splitlines()[-1]
+    )
+    token = tether("approvers", "add", "reviewer-5", "--tenant", "acme", env=env, cwd=tmp_path)
+    token = token.strip().splitlines()[-1].strip()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [*SERVE, "--db", db, "--port", str(port), "--resume-runs", "--app", APP],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(base + "/", timeout=1).close()
+                break
+            except OSError:
+                alive = server.poll() is None and time.monotonic() < deadline
+                assert alive, (tmp_path / "serve.log").read_text()
+                time.sleep(0.1)
+        auth = {"Authorization": f"Bearer {token}"}
+        listing = urllib.request.Request(base + "/api/approvals?status=pending", headers=auth)
+        with urllib.request.urlopen(listing) as listed:
+            (pending,) = json.load(listed)["approvals"]
+        assert pending["run_id"] == run["run_id"] and pending["tool"] == "close_ticket"
+        approve = urllib.request.Request(
+            f"{base}/api/approvals/{pending['approval_id']}/approve", headers=auth, method="POST"
+        )
+        with urllib.request.urlopen(approve) as approved:
+            assert json.load(approved)["status"] == "approved"
+        deadline = time.monotonic() + 30
+        while True:
+            shown = json.loads(
+                tether("runs", "show", run["run_id"], "--json", env=env, cwd=tmp_path)
+            )
+            if shown["status"] == "completed":
+                break
+            assert time.monotonic() < deadline, shown["status"]
+            time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "world.db") as world:
+        (n,) = world.execute("select count(*) from calls where tool = 'close_ticket'").fetchone()
+    assert n == 1
+
+
+def test_the_command_tree_does_not_load_the_web_stack() -> None:
+    code = (
+        "import sys\n"
+        "from tether.cli import main\n"
+        "main.get_command(None, 'serve'); main.get_command(None, 'notify')\n"
+        "heavy = [m for m in ('fastapi', 'starlette', 'uvicorn', 'jinja2') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_resume_runs_needs_an_app(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*SERVE, "--db", f"sqlite:///{tmp_path}/x.db", "--resume-runs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "--app" in done.stderr
