@@ -99,6 +99,14 @@ def test_sessions_rotate_and_expire() -> None:
     assert sessions.current(alice.sid).credential_id is None  # the old id is gone
     now[0] += 31  # idle too long
     assert sessions.current(rotated.sid).credential_id is None
+    # Used all along, rotated again and again, it still ends ttl_s after it began.
+    kept = sessions.sign_in(sessions.current(None), "cred-2")
+    for _ in range(9):
+        now[0] += 11
+        kept = sessions.current(kept.sid)
+        assert kept.credential_id == "cred-2"
+    now[0] += 11  # 110 s since it began
+    assert sessions.current(kept.sid).credential_id is None
 
 
 def test_the_proxy_header_is_believed_only_from_the_proxy(store: SQLiteStore) -> None:

@@ -36,7 +36,8 @@ COOKIE = "tether_session"
 class Session:
     sid: str
     csrf: str
-    created_at: float
+    started_at: float  # when the session began: it ends ``ttl_s`` later, rotated or not
+    issued_at: float  # when this id was issued: it is replaced ``rotate_s`` later
     last_seen: float
     credential_id: str | None = None  # None: not signed in
 
@@ -53,12 +54,15 @@ class Sessions:
     _by_id: dict[str, Session] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _new(self, credential_id: str | None, csrf: str | None = None) -> Session:
+    def _new(
+        self, credential_id: str | None, csrf: str | None = None, started: float | None = None
+    ) -> Session:
         now = self.clock()
         session = Session(
             sid=secrets.token_urlsafe(32),
             csrf=csrf or secrets.token_urlsafe(32),
-            created_at=now,
+            started_at=now if started is None else started,
+            issued_at=now,
             last_seen=now,
             credential_id=credential_id,
         )
@@ -78,7 +82,7 @@ class Sessions:
             del self._by_id[victim.sid]
 
     def _alive(self, s: Session, now: float) -> bool:
-        return now - s.created_at <= self.ttl_s and now - s.last_seen <= self.idle_s
+        return now - s.started_at <= self.ttl_s and now - s.last_seen <= self.idle_s
 
     def current(self, sid: str | None) -> Session:
         """The live session ``sid`` names (rotated if it is due), or a new anonymous one."""
@@ -89,13 +93,10 @@ class Sessions:
                 if found is not None:
                     del self._by_id[found.sid]
                 return self._new(None)
-            if found.credential_id is not None and now - found.created_at > self.rotate_s:
+            if found.credential_id is not None and now - found.issued_at > self.rotate_s:
                 del self._by_id[found.sid]
-                rotated = self._new(found.credential_id, found.csrf)
                 # Rotation renews the id, not the session's life: it still ends at ttl_s.
-                rotated = replace(rotated, created_at=found.created_at + self.rotate_s)
-                self._by_id[rotated.sid] = rotated
-                return rotated
+                return self._new(found.credential_id, found.csrf, found.started_at)
             touched = replace(found, last_seen=now)
             self._by_id[found.sid] = touched
             return touched

@@ -161,7 +161,12 @@ class Inbox:
             )
         with self._lock:
             if ref not in self._apps:
-                self._apps[ref] = load_app(ref)
+                try:
+                    self._apps[ref] = load_app(ref)
+                except TetherError:
+                    raise
+                except Exception as e:  # the app's own code failed as it was built
+                    raise ConfigurationError(f"loading app {ref} failed: {e!r}") from e
             return self._apps[ref]
 
     def manifest(self, approval: Approval) -> Manifest | None:
