@@ -158,7 +158,9 @@ def test_screenshots_of_the_inbox_and_an_approval(tab: Tab, server: Server) -> N
     sign_in(page, server)
     page.wait_for_selector(f"tr[data-approval='{last}']")
     inbox = ARTIFACTS / "inbox.png"
+    page.set_viewport_size({"width": 1100, "height": 330})
     page.screenshot(path=str(inbox), full_page=True)
+    page.set_viewport_size({"width": 1200, "height": 860})
     page.goto(f"{server.url}/approvals/{last}")
     approval = ARTIFACTS / "approval.png"
     page.screenshot(path=str(approval), full_page=True)
