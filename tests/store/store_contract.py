@@ -330,3 +330,40 @@ class StoreContract:
         report = store.verify_audit()
         assert not report.intact
         assert "no audit entry records it" in (report.problem or "")
+
+    # -- the notification outbox ---------------------------------------------------------------
+    def test_notification_outbox_due_and_claimed_once(self, store: Store) -> None:
+        from dataclasses import replace
+
+        from tether.notifications import notification_for
+
+        first, second = (notification_for(approval(f"apr-{n}", at=n), now=n) for n in (1, 2))
+        with store.transaction() as tx:
+            tx.enqueue_notification(second)
+            tx.enqueue_notification(first)
+        with pytest.raises(StoreError, match="already exists"), store.transaction() as tx:
+            tx.enqueue_notification(first)
+        with store.read() as tx:
+            assert tx.due_notifications(now=0.5, limit=10) == []
+            assert tx.due_notifications(now=5.0, limit=10) == [first, second]  # oldest first
+            assert tx.due_notifications(now=5.0, limit=1) == [first]
+        claimed = replace(first, attempts=1, next_attempt_at=60.0)
+        with store.transaction() as tx:
+            assert tx.update_notification(claimed, expected_attempts=0)
+            assert not tx.update_notification(claimed, expected_attempts=0)  # already claimed
+        delivered = replace(claimed, delivered_at=7.0, record_json='{"x":1}')
+        with store.transaction() as tx:
+            assert tx.update_notification(delivered, expected_attempts=1)
+            assert tx.get_notification(first.notification_id) == delivered
+            assert tx.get_notification("ntf-none") is None
+            assert tx.due_notifications(now=100.0, limit=10) == [second]
+        assert store.list_notifications() == [delivered, second]
+
+    def test_a_rolled_back_request_leaves_no_notification(self, store: Store) -> None:
+        from tether.notifications import notification_for
+
+        with pytest.raises(RuntimeError), store.transaction() as tx:
+            tx.insert_approval(approval())
+            tx.enqueue_notification(notification_for(approval(), now=1.0))
+            raise RuntimeError("boom")
+        assert store.list_notifications() == []
