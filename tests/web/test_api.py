@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 
 from tests.web.inbox_app import approver, propose
 from tether import SQLiteStore
-from tether.web.app import CSP, WebConfig, create_app
+from tether.web.app import WebConfig, create_app
+from tether.web.context import CSP
 
 
 @pytest.fixture

@@ -15,9 +15,11 @@ from fastapi.testclient import TestClient
 from tests.web.inbox_app import approver, propose, registry
 from tether import SQLiteStore
 from tether.identity import revoke_identity
-from tether.web.app import WebConfig, create_app, make_templates, provenance_rows
+from tether.web.app import WebConfig, create_app
 from tether.web.auth import COOKIE, ProxyAuth, Sessions
+from tether.web.context import make_templates
 from tether.web.forms import form_fields, read_form
+from tether.web.pages import provenance_rows
 
 APP = "tests.web.inbox_app:app"
 

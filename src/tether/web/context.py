@@ -1,0 +1,123 @@
+"""What the inbox's API and pages share: the configuration, the site they serve (store,
+rules, sessions, limiter, templates), the security headers, and JSON errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tether.web.auth import Limiter, ProxyAuth, Sessions
+from tether.web.service import Inbox, WebError
+
+if TYPE_CHECKING:
+    from tether.store import Store
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
+MAX_REASON = 2000
+
+
+@dataclass
+class WebConfig:
+    store: Store
+    app_ref: str | None = None
+    proxy: ProxyAuth | None = None
+    secure_cookies: bool = False  # also set when the request came over https
+    session_ttl_s: float = 8 * 3600.0
+    session_idle_s: float = 1800.0
+    session_rotate_s: float = 900.0
+    signin_limit: int = 5
+    signin_window_s: float = 60.0
+    live_poll_s: float = 1.0
+    clock: Callable[[], float] = time.time
+
+
+@dataclass
+class Site:
+    """One running inbox: its configuration and the state its requests share."""
+
+    config: WebConfig
+    inbox: Inbox = field(init=False)
+    sessions: Sessions = field(init=False)
+    limiter: Limiter = field(init=False)
+    templates: jinja2.Environment = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.inbox = Inbox(c.store, app_ref=c.app_ref, clock=c.clock)
+        self.sessions = Sessions(
+            ttl_s=c.session_ttl_s,
+            idle_s=c.session_idle_s,
+            rotate_s=c.session_rotate_s,
+            clock=c.clock,
+        )
+        self.limiter = Limiter(limit=c.signin_limit, window_s=c.signin_window_s, clock=c.clock)
+        self.templates = make_templates()
+
+    @property
+    def store(self) -> Store:
+        return self.config.store
+
+
+def client_of(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def error_json(e: WebError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
+    if e.code == "rate_limited":
+        headers["Retry-After"] = "60"
+    return JSONResponse({"code": e.code, "message": e.message}, e.status, headers)
+
+
+class SecurityHeaders:
+    """Adds the security headers to every response (pages, API, static files, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def when(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def make_templates() -> jinja2.Environment:
+    templates = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every template is HTML; arguments must arrive as text
+        undefined=jinja2.StrictUndefined,
+    )
+    templates.filters["when"] = when
+    return templates
