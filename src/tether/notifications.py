@@ -140,6 +140,7 @@ def render(
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> None:
     """POST, raising ``OSError`` unless the receiver answered 2xx."""
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -149,6 +150,8 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> No
             status = response.status
     except urllib.error.HTTPError as e:
         raise OSError(f"HTTP {e.code}") from None
+    except http.client.HTTPException as e:  # a garbled answer is a failed attempt too
+        raise OSError(f"bad HTTP answer ({type(e).__name__})") from None
     if not 200 <= status < 300:
         raise OSError(f"HTTP {status}")
 

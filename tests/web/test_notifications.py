@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -214,3 +215,41 @@ def test_tether_notify_delivers_the_outbox(tmp_path: Path) -> None:
         assert missing.returncode == 2 and "--webhook" in missing.stderr
     finally:
         receiver.close()
+
+
+def test_a_webhook_must_say_where_and_a_generic_one_needs_its_secret() -> None:
+    from tether.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="TETHER_WEBHOOK_SECRET"):
+        Webhook("https://hooks.example/x", "json", None)
+    with pytest.raises(ConfigurationError, match="http"):
+        Webhook("file:///etc/passwd", "slack")
+
+
+def test_a_receiver_that_is_down_loses_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    try:
+        aid = propose(store)
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        down = Sender(
+            store,
+            [Webhook(f"http://127.0.0.1:{port}/", "json", SECRET)],
+            retry_base_s=0.01,
+            timeout_s=1,
+        )
+        assert down.send_due() == 0
+        (row,) = store.list_notifications()
+        assert row.delivered_at is None and row.attempts == 1
+        assert "json webhook" in json.loads(row.record_json)["last_error"]
+        receiver = Receiver()
+        try:
+            time.sleep(0.05)
+            up = Sender(store, [Webhook(receiver.url, "json", SECRET)])
+            assert up.send_due() == 1
+            assert list(receiver.delivered()) == [f"ntf-{aid}"]
+        finally:
+            receiver.close()
+    finally:
+        store.close()

@@ -257,3 +257,10 @@ def test_the_form_follows_the_schema_and_reads_back() -> None:
     }
     _, problems = read_form(list(fields.values()), {"arg.amount": "twelve"}, original)
     assert problems == ["'order_id' is required", "'amount' must be a whole number"]
+
+
+def test_live_updates_need_a_signed_in_approver(store: SQLiteStore) -> None:
+    with TestClient(create_app(WebConfig(store))) as client:
+        r = client.get("/events")
+        assert r.status_code == 401
+        assert client.get("/fragments/inbox").text.count("Sign in to approve") == 1
