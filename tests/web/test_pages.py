@@ -264,3 +264,23 @@ def test_live_updates_need_a_signed_in_approver(store: SQLiteStore) -> None:
         r = client.get("/events")
         assert r.status_code == 401
         assert client.get("/fragments/inbox").text.count("Sign in to approve") == 1
+
+
+def test_a_live_stream_ends_when_its_credential_is_revoked(store: SQLiteStore) -> None:
+    import threading
+
+    token = approver(store, "alice", "acme")
+    with TestClient(create_app(WebConfig(store, live_poll_s=0.05))) as client:
+        signed_in(client, token)
+        revoke = threading.Timer(
+            0.5, lambda: revoke_identity(store, "alice", "approver", now=time.time())
+        )
+        revoke.start()
+        try:
+            with client.stream("GET", "/events") as r:
+                assert r.status_code == 200
+                body = "".join(r.iter_text())
+        finally:
+            revoke.join()
+    assert body.startswith("retry: 2000") and "event: inbox" in body
+    assert body.rstrip().endswith("event: signed-out\ndata: 0")

@@ -84,8 +84,16 @@ class Sessions:
     def _alive(self, s: Session, now: float) -> bool:
         return now - s.started_at <= self.ttl_s and now - s.last_seen <= self.idle_s
 
+    def peek(self, sid: str | None) -> Session | None:
+        """The live session ``sid`` names, untouched: for a long-lived stream, which must
+        end with its session but neither keeps it alive nor rotates its id."""
+        with self._lock:
+            found = self._by_id.get(sid) if sid else None
+            return found if found is not None and self._alive(found, self.clock()) else None
+
     def current(self, sid: str | None) -> Session:
-        """The live session ``sid`` names (rotated if it is due), or a new anonymous one."""
+        """The live session ``sid`` names (rotated if it is due: the response must then set
+        the new id), or a new anonymous one."""
         now = self.clock()
         with self._lock:
             found = self._by_id.get(sid) if sid else None

@@ -144,7 +144,9 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
     async def inbox_rows(request: Request) -> Response:
         def show(session: Session, who: Identity) -> Response:
             html = templates.get_template("_rows.html").render(rows=inbox.decidable(who))
-            return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+            response = HTMLResponse(html, headers={"Cache-Control": "no-store"})
+            set_cookie(request, response, session)  # the id may just have rotated
+            return response
 
         return await signed_in(request, show)
 
@@ -309,21 +311,28 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
         decide change (the page then fetches the rows)."""
 
         def who_is_it() -> Identity | None:
-            return page_identity(request, sessions.current(request.cookies.get(COOKIE)))
+            # Looked up afresh at every poll: a stream ends with its session or credential.
+            session = sessions.peek(request.cookies.get(COOKIE))
+            anonymous = Session(sid="", csrf="", started_at=0, issued_at=0, last_seen=0)
+            return page_identity(request, session or anonymous)
 
-        who = await run_in_threadpool(who_is_it)
-        if who is None:
+        if await run_in_threadpool(who_is_it) is None:
             return Response("sign in first", 401, media_type="text/plain")
-        signed: Identity = who
 
-        def pending() -> str:
-            return ",".join(a.approval_id for a in inbox.decidable(signed))
+        def pending() -> str | None:
+            who = who_is_it()
+            if who is None:
+                return None
+            return ",".join(a.approval_id for a in inbox.decidable(who))
 
         async def stream() -> Any:
             last, quiet = None, 0.0
             yield "retry: 2000\n\n"
             while not await request.is_disconnected():
                 now = await run_in_threadpool(pending)
+                if now is None:
+                    yield "event: signed-out\ndata: 0\n\n"
+                    return
                 if now != last:
                     last, quiet = now, 0.0
                     yield f"event: inbox\ndata: {len(now.split(',')) if now else 0}\n\n"

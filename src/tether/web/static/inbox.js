@@ -38,6 +38,10 @@ function live(tbody) {
     if (count) count.textContent = String(tbody.querySelectorAll("tr[data-approval]").length);
     tick();
   });
+  source.addEventListener("signed-out", () => {
+    source.close();
+    window.location.reload(); // shows the sign-in page
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
