@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.web.test_notifications import SECRET, Receiver
+
 APP = "tether.demo:support"
 SERVE = (sys.executable, "-m", "tether", "serve")
 
@@ -44,9 +46,14 @@ def test_serve_resumes_a_run_decided_through_the_api(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    receiver = Receiver()
+    env["TETHER_WEBHOOK_SECRET"] = SECRET.decode()
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
-        [*SERVE, "--db", db, "--port", str(port), "--resume-runs", "--app", APP],
+        [
+            *(*SERVE, "--db", db, "--port", str(port), "--resume-runs", "--app", APP),
+            *("--webhook", receiver.url, "--base-url", "https://inbox.example"),
+        ],
         env=env,
         cwd=tmp_path,
         stdout=log,
@@ -73,6 +80,13 @@ def test_serve_resumes_a_run_decided_through_the_api(tmp_path: Path) -> None:
         )
         with urllib.request.urlopen(approve) as approved:
             assert json.load(approved)["status"] == "approved"
+        # The server's sender announced the request (made before it started) to the webhook.
+        nid = f"ntf-{pending['approval_id']}"
+        while nid not in receiver.delivered():
+            assert time.monotonic() < deadline, receiver.requests
+            time.sleep(0.1)
+        link = receiver.delivered()[nid]["link"]
+        assert link == f"https://inbox.example/approvals/{pending['approval_id']}"
         deadline = time.monotonic() + 30
         while True:
             shown = json.loads(
@@ -86,6 +100,7 @@ def test_serve_resumes_a_run_decided_through_the_api(tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=20)
         log.close()
+        receiver.close()
     import sqlite3
 
     with sqlite3.connect(tmp_path / "world.db") as world:
