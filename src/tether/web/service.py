@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from tether.tools import Manifest
 
 
-class WebError(Exception):
-    """A refusal as the API answers it: an HTTP status, a stable code, one sentence."""
+class WebError(TetherError):
+    """A refusal as the API answers it: an HTTP status, a stable code, one sentence. Part of
+    the one error tree, so a caller of ``Inbox`` can catch ``TetherError`` alone."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -227,6 +228,8 @@ def refusals(approval: Approval, clock: Callable[[], float]) -> Iterator[None]:
     """Turns what deciding raises into ``WebError``s with stable codes."""
     try:
         yield
+    except WebError:
+        raise
     except TetherError as e:
         raise web_error(e, approval, clock()) from e
 
