@@ -31,6 +31,7 @@ class _Tables:
         self.head: AuditHead | None = None
         self.messages: dict[tuple[str, int], str] = {}
         self.steps: dict[tuple[str, int], StepRecord] = {}
+        self.inputs: dict[tuple[str, int], tuple[str, str, float]] = {}
         # (run id, call id) -> ids of its approvals, oldest first: an index, as a database has
         self.by_call: dict[tuple[str, str], tuple[str, ...]] = {}
         # (run id, call id) -> operation key, and run id -> how many effects it has
@@ -79,6 +80,19 @@ class MemoryTx(Tx):
 
     def steps(self, run_id: str) -> list[StepRecord]:
         return [step for (rid, _), step in sorted(self.t.steps.items()) if rid == run_id]
+
+    def inputs(self, run_id: str) -> list[tuple[str, str]]:
+        return [(i[0], i[1]) for (rid, _), i in sorted(self.t.inputs.items()) if rid == run_id]
+
+    def run_effects(self, run_id: str) -> list[Effect]:
+        found = [e for e in self.t.effects.values() if e.run_id == run_id]
+        return sorted(found, key=lambda e: e.created_at)  # stable: insertion order on ties
+
+    def _insert_input(self, run_id: str, seq: int, source: str, body: str, at: float) -> bool:
+        if (run_id, seq) in self.t.inputs:
+            return False
+        self.t.put(self.t.inputs, (run_id, seq), (source, body, at), self.undo)
+        return True
 
     def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
         if (run_id, seq) in self.t.messages:
