@@ -125,7 +125,7 @@ def identifiers(text: str) -> list[str]:
     if "." in lowered:
         found.extend(t for m in _DOMAIN.finditer(lowered) for t in _domain_tokens(m.group(0)))
     upper = text.upper()
-    found.extend(m.group(0).replace(" ", "") for m in _IBAN.finditer(upper))
+    found.extend(m.group(0).replace(" ", "").lower() for m in _IBAN.finditer(upper))
     undated = _DATE.sub(" ", text) if "-" in text else text
     for m in _NUMBER.finditer(undated):
         digits = re.sub(r"\D", "", m.group(0))
@@ -311,20 +311,23 @@ def label_argument(
             argument=name, trust=Trust.NONE, value=shown, token=None, origin=None
         )
     worst: tuple[Trust, str | None, Origin | None] = (Trust.NONE, None, None)
-    if check is Check.TRUSTED:
-        whole = normal_value(value) if not isinstance(value, Mapping | list | tuple) else None
-        if whole is not None:
-            trust, origin = index.place(whole)
-            if trust is not Trust.TRUSTED and all(w in index.trusted for w in _words(whole)):
-                trust, origin = Trust.TRUSTED, None  # every word of it is in trusted input
-            worst = (trust, None, origin)
+    seen = False
     for _, leaf in _leaves(value):
         if not isinstance(leaf, str):
             continue
         for found in identifiers(leaf):
+            seen = True
             trust, origin = index.place(found)
             if _RANK[trust] > _RANK[worst[0]]:
                 worst = (trust, None if sensitive else found, origin)
+    if check is Check.TRUSTED and not seen and not isinstance(value, Mapping | list | tuple):
+        # No identifier in it (a name, an amount): the value itself must be trusted input,
+        # whole or word by word.
+        whole = normal_value(value)
+        trust, origin = index.place(whole)
+        if trust is not Trust.TRUSTED and all(w in index.trusted for w in _words(whole)):
+            trust, origin = Trust.TRUSTED, None
+        worst = (trust, None, origin)
     trust, token, origin = worst
     return ArgumentProvenance(argument=name, trust=trust, value=shown, token=token, origin=origin)
 

@@ -256,10 +256,11 @@ def scrub(value: Any, secrets: Iterable[str]) -> Any:
 
 # The framings injected text takes in tool output, beyond "ignore previous": a fake system or
 # assistant turn, new or updated instructions, "before you continue, do X", banners that
-# address the model, requests to keep something from the user. Matched in results only:
+# address the model, requests to keep something from the user (a turn may start a line, or a
+# string in a JSON result: after a quote or an escaped newline). Matched in results only:
 # in arguments they are ordinary prose (an email may well say "important message").
 RESULT_FRAMING_PATTERN = re.compile(
-    r"(?:^|\n)\s*(?:#+\s*)?(?:system|assistant|developer)\s*(?:message|prompt|note)?\s*:"
+    r"(?:^|\n|\\n|[\"'>])\s*(?:#+\s*)?(?:system|assistant|developer)\s*(?:message|prompt|note)?\s*:"
     r"|<\s*/?\s*(?:system|assistant|developer|instructions?|information|important|admin)\s*>"
     r"|\[\s*(?:system|assistant|admin|developer)(?:\s+(?:message|note))?\s*\]"
     r"|\b(?:new|updated|additional|revised|real|true)\s+instructions?\b"
