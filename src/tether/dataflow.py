@@ -57,6 +57,8 @@ class FlowRule:
     arguments: Mapping[str, Check] = field(default_factory=dict)
     default: Check = Check.IDENTIFIERS  # for the arguments not named
     egress: tuple[str, ...] = ()  # arguments naming where the call sends data (URLs)
+    # Egress to a URL seen verbatim in the run's output (a link followed, nothing added).
+    follow_links: bool = False
 
     def check_for(self, argument: str) -> Check:
         return self.arguments.get(argument, self.default)
@@ -142,7 +144,9 @@ class FlowPolicy:
         checked: list[tuple[ArgumentProvenance, bool]] = []
         for name, value in arguments.items():
             if rule is not None and name in rule.egress:
-                label = egress_label(index, name, value, self.allow_domains)
+                label = egress_label(
+                    index, name, value, self.allow_domains, follow_links=rule.follow_links
+                )
                 checked.append((label, True))
             else:
                 check = rule.check_for(name) if rule is not None else Check.IDENTIFIERS

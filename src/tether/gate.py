@@ -156,6 +156,8 @@ class Gate:
                 actor=principal.subject,
                 data={"principal": principal.to_dict(), "budget": state.budget.to_dict()},
             )
+        if self._flow is not None:
+            self._remember(run_id, ProvenanceIndex(self._flow.trusted_values))
         return run_id
 
     def run_state(self, run_id: str) -> RunState:
@@ -194,11 +196,14 @@ class Gate:
         if index is not None and (effect_count is None or index.effects == effect_count):
             return index
         index = self._rebuild(tx, run_id)
+        self._remember(run_id, index)
+        return index
+
+    def _remember(self, run_id: str, index: ProvenanceIndex) -> None:
         with self._indexes_lock:
             self._indexes[run_id] = index
             while len(self._indexes) > MAX_INDEXED_RUNS:
                 self._indexes.popitem(last=False)
-        return index
 
     def _rebuild(self, tx: Tx, run_id: str) -> ProvenanceIndex:
         flow = self._flow

@@ -52,6 +52,7 @@ class _FlowRuleSpec(pydantic.BaseModel):
     arguments: dict[str, Check] = {}
     default: Check = Check.IDENTIFIERS
     egress: list[str] = []
+    follow_links: bool = False
 
     def to_rule(self) -> FlowRule:
         return FlowRule(
@@ -61,6 +62,7 @@ class _FlowRuleSpec(pydantic.BaseModel):
             arguments=dict(self.arguments),
             default=self.default,
             egress=tuple(self.egress),
+            follow_links=self.follow_links,
         )
 
 

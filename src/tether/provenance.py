@@ -62,9 +62,7 @@ _DOMAIN = re.compile(
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
 _NUMBER = re.compile(r"(?<![\w.])\+?\d[\d \-().]{5,}\d(?![\w])")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?\b")
-_PATH = re.compile(r"(?<![^\s\"'(\[=,:])(?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-]+)*/?")
-_ID = re.compile(r"\b(?=[a-z_\-]*\d)(?=[\d_\-]*[a-z])[a-z0-9][a-z0-9_\-]{4,}\b")
-_WORD = re.compile(r"[\w][\w'.\-]*")
+_WORD = re.compile(r"\w(?:[\w'.\-]|,(?=\d{3}))*")  # "1,000" is one word
 _TRAILING = ".,;:!?)]}'\""
 
 
@@ -77,7 +75,10 @@ def _url_tokens(url: str) -> Iterator[str]:
     if host:
         if without_query.startswith("www."):
             without_query = without_query[4:]
+            base = base[4:]
         yield f"{scheme}://{without_query}"
+        if base.rstrip("/") != without_query:  # the link as given, query and all
+            yield f"{scheme}://{base.rstrip('/')}"
         yield from _domain_tokens(host)
 
 
@@ -110,32 +111,81 @@ def _host(url: str) -> str | None:
     return host[4:] if host.startswith("www.") else host
 
 
+def links(text: str) -> list[str]:
+    """The identifiers in ``text`` that say where something goes: email addresses, URLs and
+    domains (normalised as ``identifiers`` gives them)."""
+    return _scan(text, every_kind=False)
+
+
 def identifiers(text: str) -> list[str]:
     """The normalised identifiers in ``text``: what a consequential argument is checked by."""
+    return _scan(text, every_kind=True)
+
+
+# Python's regular expressions have no literal to skip ahead with for most of these, so a
+# pattern run over a whole text tries every position: microseconds per pattern per hundred
+# characters. The text is split into words once instead (in C), and each word is tested
+# with the cheap checks first; only IBANs and phone numbers, which hold spaces, are
+# searched for in the whole text, and only when it has enough digits to contain one.
+_STRIP = "\"'`()[]{}<>,;:!?.*"
+_DOMAIN_WORD = re.compile(r"(?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9\-]{1,23}")
+_ID_WORD = re.compile(r"(?=[a-z_\-]*\d)(?=[\d_\-]*[a-z])[a-z0-9][a-z0-9_\-]{4,}")
+_NOT_DIGIT = re.compile(r"\D")
+_PHONE_CHARS = "+-().0123456789"
+_IBAN_WORD = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{8,30}")
+
+
+def _scan(text: str, *, every_kind: bool) -> list[str]:
     found: list[str] = []
-    lowered = text.lower()
-    if "@" in lowered:
-        for m in _EMAIL.finditer(lowered):
-            address = m.group(0).strip(".")
-            found.append(address)
-            found.extend(_domain_tokens(address.rsplit("@", 1)[1]))
-    if "://" in lowered:
-        for m in _URL.finditer(lowered):
-            found.extend(_url_tokens(m.group(0)))
-    if "." in lowered:
-        found.extend(t for m in _DOMAIN.finditer(lowered) for t in _domain_tokens(m.group(0)))
-    upper = text.upper()
-    found.extend(m.group(0).replace(" ", "").lower() for m in _IBAN.finditer(upper))
-    undated = _DATE.sub(" ", text) if "-" in text else text
-    for m in _NUMBER.finditer(undated):
-        digits = re.sub(r"\D", "", m.group(0))
-        if len(digits) >= 7:
-            found.append(digits)
-    if "/" in lowered:
-        found.extend(
-            m.group(0).rstrip("/.") for m in _PATH.finditer(lowered) if len(m.group(0)) > 1
-        )
-    found.extend(m.group(0) for m in _ID.finditer(lowered))
+    spaced_iban = phone = False
+    run = 0  # digits in the current run of number-like words ("+1 (555) 123-4567")
+    for raw in text.lower().split():
+        word = raw.strip(_STRIP)
+        if every_kind:
+            if word and not word.strip(_PHONE_CHARS):
+                run += len(word) - sum(map(word.count, "+-()."))
+                phone = phone or run >= 7
+            else:
+                run = 0
+        if len(word) < 4 or word.isalpha():  # most words: nothing to find in them
+            continue
+        if "@" in word:
+            for m in _EMAIL.finditer(word):
+                address = m.group(0).strip(".")
+                found.append(address)
+                found.extend(_domain_tokens(address.rsplit("@", 1)[1]))
+            continue
+        if "://" in word:
+            match = _URL.search(word)
+            if match is not None:
+                found.extend(_url_tokens(match.group(0)))
+            continue
+        head = word
+        if "/" in word:
+            if word[0] in "/~.":
+                if every_kind:
+                    found.append(word.rstrip("/."))
+                continue
+            head = word.split("/", 1)[0]  # evil.com/path
+        if "." in head and _DOMAIN_WORD.fullmatch(head):
+            found.extend(_domain_tokens(head))
+        elif every_kind and not word.isdigit():
+            if word[:2].isalpha() and word[2:4].isdigit():  # an IBAN, whole or its first group
+                if len(word) == 4:
+                    spaced_iban = True
+                elif _IBAN_WORD.fullmatch(word):
+                    found.append(word)
+                    continue
+            if _ID_WORD.fullmatch(word) is not None:
+                found.append(word)
+    if spaced_iban:
+        found.extend(m.group(0).replace(" ", "").lower() for m in _IBAN.finditer(text.upper()))
+    if phone:
+        undated = _DATE.sub(" ", text) if "-" in text else text
+        for m in _NUMBER.finditer(undated):
+            digits = _NOT_DIGIT.sub("", m.group(0))
+            if len(digits) >= 7:
+                found.append(digits)
     return found
 
 
@@ -148,23 +198,33 @@ def normal_value(value: Any) -> str:
     return " ".join(str(value).split()).casefold().strip(_TRAILING + " ")
 
 
+_DECIMAL = re.compile(r"\d+\.\d+")
+
+
 def _words(text: str) -> Iterator[str]:
     for m in _WORD.finditer(text.casefold()):
-        word = m.group(0).strip(_TRAILING)
+        word = m.group(0).strip(_TRAILING).replace(",", "")
+        if _DECIMAL.fullmatch(word):
+            word = normal_value(float(word))  # "63.20" is the amount 63.2
         if word:
-            yield word.replace(",", "")
+            yield word
 
 
-def _leaves(value: Any, key: str = "") -> Iterator[tuple[str, Any]]:
-    """(the nearest key, the leaf) for every scalar in a JSON-like value."""
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _leaves(v, str(k))
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _leaves(v, key)
-    elif value is not None:
-        yield key, value
+def _leaves(value: Any, key: str = "") -> list[tuple[str, Any]]:
+    """(the nearest key, the leaf) for every scalar in a JSON-like value, in order."""
+    if isinstance(value, str):  # the common case: no walk at all
+        return [(key, value)]
+    out: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any]] = [(key, value)]
+    while stack:
+        k, v = stack.pop()
+        if isinstance(v, Mapping):
+            stack.extend((str(name), item) for name, item in reversed(list(v.items())))
+        elif isinstance(v, list | tuple):
+            stack.extend((k, item) for item in reversed(v))
+        elif v is not None:
+            out.append((k, v))
+    return out
 
 
 class ProvenanceIndex:
@@ -216,17 +276,21 @@ class ProvenanceIndex:
             return
         if flagged and self.flagged is None:
             self.flagged = origin
-        if self.first_untrusted is None:
-            self.first_untrusted = origin
         tokens: list[str] = []
+        untrusted_leaves = 0
         for key, leaf in _leaves(value):
             if key in trusted_fields:
                 self.add_trusted(leaf)
                 continue
+            untrusted_leaves += 1
             text = leaf if isinstance(leaf, str) else normal_value(leaf)
             tokens.extend(identifiers(text))
             if len(text) <= SHORT_VALUE:
                 tokens.append(normal_value(text))
+        if untrusted_leaves and self.first_untrusted is None:
+            # Session rules fire on output that carried something untrusted, not on a
+            # result made only of fields the tool vouches for.
+            self.first_untrusted = origin
         if not self._room(len(tokens)):
             return
         untrusted = self.untrusted
@@ -247,6 +311,7 @@ class Check(StrEnum):
     """What of an argument the policy checks."""
 
     IDENTIFIERS = "identifiers"  # the identifiers inside it (the default)
+    LINKS = "links"  # only addresses, URLs and domains: content that may quote data freely
     TRUSTED = "trusted"  # the whole value: it must appear in trusted input
     ANY = "any"  # nothing: content the user expects to come from data
 
@@ -257,9 +322,16 @@ class ArgumentProvenance:
 
     argument: str
     trust: Trust
-    value: Any  # the argument, masked as approvals mask it, cut to ``SHOWN`` characters
+    raw: Any  # the argument as proposed: shown only through ``value``
     token: str | None  # the identifier (or value) that decided, if not the whole value
     origin: Origin | None
+    sensitive: bool = False
+
+    @property
+    def value(self) -> Any:
+        """The argument masked as approvals mask it, cut to ``SHOWN`` characters (made when
+        shown: most calls are never shown to anyone)."""
+        return _shown(self.raw, self.sensitive)
 
     @property
     def trusted(self) -> bool:
@@ -305,17 +377,17 @@ def label_argument(
     index: ProvenanceIndex, name: str, value: Any, check: Check, sensitive: bool
 ) -> ArgumentProvenance:
     """The label of one argument: the worst of its identifiers (or its whole value)."""
-    shown = _shown(value, sensitive)
     if check is Check.ANY:
         return ArgumentProvenance(
-            argument=name, trust=Trust.NONE, value=shown, token=None, origin=None
+            argument=name, trust=Trust.NONE, raw=value, token=None, origin=None, sensitive=sensitive
         )
     worst: tuple[Trust, str | None, Origin | None] = (Trust.NONE, None, None)
     seen = False
+    extract = links if check is Check.LINKS else identifiers
     for _, leaf in _leaves(value):
         if not isinstance(leaf, str):
             continue
-        for found in identifiers(leaf):
+        for found in extract(leaf):
             seen = True
             trust, origin = index.place(found)
             if _RANK[trust] > _RANK[worst[0]]:
@@ -329,7 +401,9 @@ def label_argument(
             trust, origin = Trust.TRUSTED, None
         worst = (trust, None, origin)
     trust, token, origin = worst
-    return ArgumentProvenance(argument=name, trust=trust, value=shown, token=token, origin=origin)
+    return ArgumentProvenance(
+        argument=name, trust=trust, raw=value, token=token, origin=origin, sensitive=sensitive
+    )
 
 
 def _shown(value: Any, sensitive: bool) -> Any:
@@ -344,20 +418,32 @@ def _shown(value: Any, sensitive: bool) -> Any:
 
 
 def egress_label(
-    index: ProvenanceIndex, name: str, value: Any, allowed: frozenset[str]
+    index: ProvenanceIndex,
+    name: str,
+    value: Any,
+    allowed: frozenset[str],
+    *,
+    follow_links: bool = False,
 ) -> ArgumentProvenance:
     """An egress argument (a URL to fetch): where its domain came from. A domain on the
-    allow-list (or under one) counts as trusted configuration."""
-    shown = _shown(value, False)
+    allow-list (or under one) counts as trusted configuration. ``follow_links``: a URL the
+    run has seen verbatim — path and query exactly as given — may be fetched even if its
+    domain is untrusted: the request then carries nothing but the link itself."""
     host = domain_of(value) if isinstance(value, str) else None
     if host is None:
         return ArgumentProvenance(
-            argument=name, trust=Trust.NONE, value=shown, token=None, origin=None
+            argument=name, trust=Trust.NONE, raw=value, token=None, origin=None
         )
     if _allowed(host, allowed):
         return ArgumentProvenance(
-            argument=name, trust=Trust.TRUSTED, value=shown, token=host, origin=None
+            argument=name, trust=Trust.TRUSTED, raw=value, token=host, origin=None
         )
+    if follow_links and isinstance(value, str):
+        link = _verbatim(value)
+        if link is not None and (link in index.trusted or link in index.untrusted):
+            return ArgumentProvenance(
+                argument=name, trust=Trust.TRUSTED, raw=value, token=link, origin=None
+            )
     # Only the exact host is trusted: a subdomain of a trusted domain may be anyone's
     # (pages on a shared host), so trust does not flow down from the registrable part.
     trust, origin = index.place(host)
@@ -365,7 +451,17 @@ def egress_label(
         found, found_origin = index.place(".".join(host.split(".")[-2:]))
         if found is Trust.UNTRUSTED:
             trust, origin = found, found_origin
-    return ArgumentProvenance(argument=name, trust=trust, value=shown, token=host, origin=origin)
+    return ArgumentProvenance(argument=name, trust=trust, raw=value, token=host, origin=origin)
+
+
+def _verbatim(url: str) -> str | None:
+    """A URL as the index keys a link seen whole (query kept, fragment and www. dropped)."""
+    match = _URL.search(url.strip().lower())
+    if match is None:
+        return None
+    tokens = list(_url_tokens(match.group(0)))
+    # _url_tokens gives the URL without its query, then the link as given if that differs
+    return tokens[1] if len(tokens) > 1 and "://" in tokens[1] else tokens[0]
 
 
 def _allowed(host: str, allowed: frozenset[str]) -> bool:
