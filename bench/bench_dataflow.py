@@ -36,17 +36,12 @@ from tests.dataflow.harness import (
     PRINCIPAL,
     PROVENANCE,
     TIER_ONLY,
+    WITHOUT_SCREENING,
     make_gate,
     run_suites,
 )
 
 from tether import ToolCall
-
-WITHOUT_SCREENING = PROVENANCE.replace(
-    '[[flow.session]]\nafter = "flagged_output"\ntiers = ["write", "admin", "irreversible"]\n'
-    "egress = true\n",
-    "",
-).replace('version = "provenance"', 'version = "provenance-without-screening"')
 
 MIX: list[tuple[str, dict[str, Any]]] = [
     ("read_email", {"email_id": "e4"}),
@@ -55,7 +50,6 @@ MIX: list[tuple[str, dict[str, Any]]] = [
     ("search_emails", {"query": "report bob.lee@myco.com"}),
     ("list_transactions", {}),
 ]
-assert WITHOUT_SCREENING != PROVENANCE, "the flagged-output session rule was not found"
 PER_RUN = 30  # calls per run, so each run's index stays the size of a real task's
 
 

@@ -78,6 +78,16 @@ after = "untrusted_output"
 tools = ["delete_*"]
 """
 
+# The same without the session rule that reacts to screening flags: what provenance alone does.
+_SCREENING_RULE = (
+    '[[flow.session]]\nafter = "flagged_output"\ntiers = ["write", "admin", "irreversible"]\n'
+    "egress = true\n"
+)
+assert _SCREENING_RULE in PROVENANCE
+WITHOUT_SCREENING = PROVENANCE.replace(_SCREENING_RULE, "").replace(
+    'version = "provenance"', 'version = "provenance-without-screening"'
+)
+
 
 class ScriptedAgent:
     """Makes a task's calls through the gate; obeys a planted injection once it reads it."""
