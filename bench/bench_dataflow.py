@@ -12,10 +12,10 @@ A third run drops the session rule that reacts to screening flags, to show the g
 does not rest on screening.
 
 The cost: the same mix of allowed read calls (output indexed, identifiers and an egress URL
-checked) timed one by one through a gate with each policy, interleaved in rounds; the added
-cost is the provenance policy's median minus the tier-only median (the floor), both from
-this run. ``--json`` prints, last, one JSON line whose top-level figures are the provenance
-policy's.
+checked) made through a gate with each policy, each call through both one right after the
+other; the added cost is the median of those paired differences, beside each policy's
+median (the tier-only one is the floor), all from this run. ``--json`` prints, last, one
+JSON line whose top-level figures are the provenance policy's.
 """
 
 from __future__ import annotations
@@ -51,47 +51,42 @@ MIX: list[tuple[str, dict[str, Any]]] = [
     ("list_transactions", {}),
 ]
 PER_RUN = 30  # calls per run, so each run's index stays the size of a real task's
-
-
-def per_call(policy_text: str, rounds: int, calls: int) -> list[list[float]]:
-    gate = make_gate(policy_text)
-    world.ENV.current = world.fresh()
-    out: list[list[float]] = []
-    for _ in range(rounds):
-        timings: list[float] = []
-        run_id = ""
-        for i in range(calls):
-            if i % PER_RUN == 0:
-                run_id = gate.start_run(PRINCIPAL)
-                gate.record_input(run_id, f"Read {MIX[2][1]['url']} and the invoice; tell Bob")
-            tool, args = MIX[i % len(MIX)]
-            call = ToolCall(call_id=f"c{i}", tool=tool, arguments=args)
-            started = time.perf_counter()
-            gate.call(run_id, call)
-            timings.append(time.perf_counter() - started)
-        out.append(timings)
-    return out
+REQUEST = "Read https://news.example.org/today and the invoice; then tell Bob"
 
 
 def cost(calls: int) -> dict[str, float]:
-    """Median microseconds per call for each policy, in interleaved rounds."""
-    rounds = 6
-    floor: list[float] = []
-    flow: list[float] = []
-    per_round = max(PER_RUN, calls // rounds)
-    per_call(TIER_ONLY, 1, PER_RUN * 2)  # warm both up: imports, caches
-    per_call(PROVENANCE, 1, PER_RUN * 2)
-    for _ in range(rounds):
-        floor += per_call(TIER_ONLY, 1, per_round)[0]
-        flow += per_call(PROVENANCE, 1, per_round)[0]
-    floor_us = statistics.median(floor) * 1e6
-    flow_us = statistics.median(flow) * 1e6
+    """Median microseconds per call for each policy, and of the paired differences: the same
+    call made through both gates one right after the other (in alternating order), so both
+    see the same machine within microseconds."""
+    world.ENV.current = world.fresh()
+    gates = {"floor": make_gate(TIER_ONLY), "flow": make_gate(PROVENANCE)}
+    runs = dict.fromkeys(gates, "")
+    timings: dict[str, list[float]] = {name: [] for name in gates}
+    differences: list[float] = []
+    for i in range(calls + 2 * PER_RUN):  # the first two runs warm up imports and caches
+        if i % PER_RUN == 0:
+            for name, gate in gates.items():
+                runs[name] = gate.start_run(PRINCIPAL)
+                gate.record_input(runs[name], REQUEST)
+        tool, args = MIX[i % len(MIX)]
+        call = ToolCall(call_id=f"c{i}", tool=tool, arguments=args)
+        took: dict[str, float] = {}
+        for name in ("floor", "flow") if i % 2 else ("flow", "floor"):
+            started = time.perf_counter()
+            gates[name].call(runs[name], call)
+            took[name] = time.perf_counter() - started
+        if i >= 2 * PER_RUN:
+            for name, seconds in took.items():
+                timings[name].append(seconds)
+            differences.append(took["flow"] - took["floor"])
+    floor_us = statistics.median(timings["floor"]) * 1e6
+    flow_us = statistics.median(timings["flow"]) * 1e6
     return {
         "floor_per_call_us": round(floor_us, 1),
         "provenance_per_call_us": round(flow_us, 1),
-        "added_cost_per_call_us": round(flow_us - floor_us, 1),
+        "added_cost_per_call_us": round(statistics.median(differences) * 1e6, 1),
         "ratio": round(flow_us / floor_us, 3),
-        "calls_timed_per_policy": len(flow),
+        "calls_timed_per_policy": len(differences),
     }
 
 

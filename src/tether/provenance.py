@@ -212,19 +212,47 @@ def _words(text: str) -> Iterator[str]:
 
 def _leaves(value: Any, key: str = "") -> list[tuple[str, Any]]:
     """(the nearest key, the leaf) for every scalar in a JSON-like value, in order."""
-    if isinstance(value, str):  # the common case: no walk at all
-        return [(key, value)]
     out: list[tuple[str, Any]] = []
-    stack: list[tuple[str, Any]] = [(key, value)]
-    while stack:
-        k, v = stack.pop()
-        if isinstance(v, Mapping):
-            stack.extend((str(name), item) for name, item in reversed(list(v.items())))
-        elif isinstance(v, list | tuple):
-            stack.extend((k, item) for item in reversed(v))
-        elif v is not None:
-            out.append((k, v))
+    _walk(value, key, out)
     return out
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _walk(value: Any, key: str, out: list[tuple[str, Any]]) -> None:
+    kind = type(value)
+    if kind in _SCALARS:  # exact types first: the common case, and the cheapest test
+        out.append((key, value))
+    elif kind is dict or isinstance(value, Mapping):
+        for name, item in value.items():
+            _walk(item, name if type(name) is str else str(name), out)
+    elif kind is list or isinstance(value, list | tuple):
+        for item in value:
+            _walk(item, key, out)
+    elif value is not None:
+        out.append((key, value))
+
+
+# Leaves are scanned as one text (one pass instead of one per leaf); the separator is not
+# part of any identifier and ends a run of numbers, so no token spans two leaves.
+_JOIN = " | "
+
+
+def _texts(leaves: list[tuple[str, Any]]) -> tuple[list[str], list[str]]:
+    """The leaves as text, and the whole-value tokens of the short ones."""
+    texts: list[str] = []
+    whole: list[str] = []
+    for _, leaf in leaves:
+        if isinstance(leaf, str):
+            texts.append(leaf)
+            if len(leaf) <= SHORT_VALUE:
+                whole.append(normal_value(leaf))
+        else:
+            text = normal_value(leaf)
+            texts.append(text)
+            whole.append(text)
+    return texts, whole
 
 
 class ProvenanceIndex:
@@ -251,15 +279,13 @@ class ProvenanceIndex:
 
     def add_trusted(self, value: Any) -> None:
         """Trusted input: the user's request, configuration, a system of record's output."""
-        tokens: set[str] = set()
-        for _, leaf in _leaves(value):
-            text = leaf if isinstance(leaf, str) else normal_value(leaf)
-            tokens.update(identifiers(text))
-            tokens.update(_words(text))
-            if len(text) <= SHORT_VALUE:
-                tokens.add(normal_value(text))
-        if self._room(len(tokens)):
-            self.trusted |= tokens
+        texts, tokens = _texts(_leaves(value))
+        joined = _JOIN.join(texts)
+        found = set(tokens)
+        found.update(identifiers(joined))
+        found.update(_words(joined))
+        if self._room(len(found)):
+            self.trusted |= found
 
     def add_output(
         self,
@@ -276,21 +302,18 @@ class ProvenanceIndex:
             return
         if flagged and self.flagged is None:
             self.flagged = origin
-        tokens: list[str] = []
-        untrusted_leaves = 0
-        for key, leaf in _leaves(value):
-            if key in trusted_fields:
-                self.add_trusted(leaf)
-                continue
-            untrusted_leaves += 1
-            text = leaf if isinstance(leaf, str) else normal_value(leaf)
-            tokens.extend(identifiers(text))
-            if len(text) <= SHORT_VALUE:
-                tokens.append(normal_value(text))
-        if untrusted_leaves and self.first_untrusted is None:
-            # Session rules fire on output that carried something untrusted, not on a
-            # result made only of fields the tool vouches for.
+        leaves = _leaves(value)
+        if trusted_fields:
+            vouched = [leaf for key, leaf in leaves if key in trusted_fields]
+            if vouched:
+                self.add_trusted(vouched)
+            leaves = [(key, leaf) for key, leaf in leaves if key not in trusted_fields]
+        if not leaves:
+            return  # nothing untrusted in it: session rules do not fire on it
+        if self.first_untrusted is None:
             self.first_untrusted = origin
+        texts, tokens = _texts(leaves)
+        tokens.extend(identifiers(_JOIN.join(texts)))
         if not self._room(len(tokens)):
             return
         untrusted = self.untrusted
