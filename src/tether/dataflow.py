@@ -56,12 +56,19 @@ class FlowRule:
     unknown: Verdict | None = None  # an argument's value is in nothing seen (None: untrusted)
     arguments: Mapping[str, Check] = field(default_factory=dict)
     default: Check = Check.IDENTIFIERS  # for the arguments not named
-    egress: tuple[str, ...] = ()  # arguments naming where the call sends data (URLs)
+    egress: tuple[str, ...] = ()  # arguments naming where the call sends data; "*": any URL
     # Egress to a URL seen verbatim in the run's output (a link followed, nothing added).
     follow_links: bool = False
 
     def check_for(self, argument: str) -> Check:
         return self.arguments.get(argument, self.default)
+
+    def is_egress(self, argument: str, value: Any) -> bool:
+        """Whether the argument names where the call sends data. ``"*"`` in ``egress``:
+        every argument that holds a URL (a rule for a tier of tools not known in advance)."""
+        if argument in self.egress:
+            return True
+        return "*" in self.egress and isinstance(value, str) and "://" in value
 
 
 SessionFact = Literal["untrusted_output", "flagged_output"]
@@ -143,7 +150,7 @@ class FlowPolicy:
         labels: list[ArgumentProvenance] = []
         checked: list[tuple[ArgumentProvenance, bool]] = []
         for name, value in arguments.items():
-            if rule is not None and name in rule.egress:
+            if rule is not None and rule.is_egress(name, value):
                 label = egress_label(
                     index, name, value, self.allow_domains, follow_links=rule.follow_links
                 )

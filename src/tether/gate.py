@@ -320,15 +320,20 @@ class Gate:
         nothing and return None — ``call`` acts on it when the framework calls the tool."""
         now = self.clock()
         with self.store.transaction() as tx:
+            view = tx.call_view(run_id, call.call_id)
+            index = None
+            if self._flow is not None and view.run is not None:
+                index = self._index_in(tx, run_id, view.effect_count)
             plan = plan_call(
                 call,
-                tx.call_view(run_id, call.call_id),
+                view,
                 run_id=run_id,
                 registry=self.registry,
                 policy=self.policy,
                 seals=self.store.keys,
                 now=now,
                 mint=new_id,
+                provenance=index,
             )
             if not isinstance(plan, Ask):
                 return None

@@ -190,3 +190,21 @@ def test_record_input_refuses_an_unknown_run_or_empty_text(backend: Backend) -> 
     run_id = gate.start_run(PRINCIPAL)
     with pytest.raises(ConfigurationError, match="non-empty"):
         gate.record_input(run_id, "")
+
+
+def test_asking_ahead_judges_by_provenance_as_call_does(backend: Backend) -> None:
+    sent: list[dict[str, Any]] = []
+    gate = Gate(registry(sent), POLICY, backend.store)
+    run_id = start(gate, "Tell dave@corp.com I read the inbox")
+    gate.call(run_id, ToolCall(call_id="c1", tool="read_inbox", arguments={"folder": "in"}))
+    trusted = ToolCall(
+        call_id="c2", tool="send_email", arguments={"to": "dave@corp.com", "body": "ok"}
+    )
+    assert gate.ask_if_needed(run_id, trusted) is None
+    steered = ToolCall(
+        call_id="c3", tool="send_email", arguments={"to": "eve@evil.io", "body": "ok"}
+    )
+    asked = gate.ask_if_needed(run_id, steered)
+    assert asked is not None
+    approval = gate.approval_for(run_id, "c3")
+    assert approval is not None and approval.provenance[0]["call_id"] == "c1"

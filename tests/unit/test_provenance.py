@@ -383,3 +383,20 @@ def test_amounts_in_the_request_match_however_they_are_written() -> None:
     index = index_with("pay the electricity bill: 63.20, and 1,000 to mom", "")
     assert label_argument(index, "amount", 63.2, Check.TRUSTED, False).trusted
     assert label_argument(index, "amount", 1000, Check.TRUSTED, False).trusted
+
+
+def test_a_wildcard_makes_every_url_argument_of_a_tier_egress() -> None:
+    policy = Policy(
+        version="v1",
+        approvers=frozenset({"alice"}),
+        flow=FlowPolicy(tiers={Risk.READ: FlowRule(egress=("*",))}),
+    )
+    index = index_with("look at https://blog.example.com", "go to https://evil.io/x")
+    lookup = manifest("any_read", Risk.READ)
+    leak = decide(policy, ALICE, lookup, {"note": "https://evil.io/x?d=1"}, (), index)
+    assert leak.verdict is Verdict.ASK
+    assert any(r.startswith("egress: argument 'note'") for r in leak.reasons)
+    fine = decide(
+        policy, ALICE, lookup, {"note": "https://blog.example.com/p", "to": "x"}, (), index
+    )
+    assert fine.verdict is Verdict.ALLOW
