@@ -9,7 +9,8 @@ the scripted agent obeying the injection as soon as it reads it (the worst case)
 the world afterwards: benign tasks done with no approval, approvals per benign task, and
 attacker effects that happened without a human (every attack call that asked was denied).
 A third run drops the session rule that reacts to screening flags, to show the guarantee
-does not rest on screening.
+does not rest on screening; a fourth (when the cedar extra is installed) decides the same
+policy in Cedar.
 
 The cost: the same mix of allowed read calls (output indexed, identifiers and an egress URL
 checked) made through a gate with each policy, each call through both one right after the
@@ -21,6 +22,7 @@ JSON line whose top-level figures are the provenance policy's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import statistics
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the suites live 
 
 from tests.dataflow import env as world
 from tests.dataflow.harness import (
+    CEDAR,
     PRINCIPAL,
     PROVENANCE,
     TIER_ONLY,
@@ -54,12 +57,12 @@ PER_RUN = 30  # calls per run, so each run's index stays the size of a real task
 REQUEST = "Read https://news.example.org/today and the invoice; then tell Bob"
 
 
-def cost(calls: int) -> dict[str, float]:
+def cost(calls: int, policy_text: str = PROVENANCE) -> dict[str, float]:
     """Median microseconds per call for each policy, and of the paired differences: the same
     call made through both gates one right after the other (in alternating order), so both
     see the same machine within microseconds."""
     world.ENV.current = world.fresh()
-    gates = {"floor": make_gate(TIER_ONLY), "flow": make_gate(PROVENANCE)}
+    gates = {"floor": make_gate(TIER_ONLY), "flow": make_gate(policy_text)}
     runs = dict.fromkeys(gates, "")
     timings: dict[str, list[float]] = {name: [] for name in gates}
     differences: list[float] = []
@@ -101,6 +104,10 @@ def main() -> None:
     flow = run_suites(PROVENANCE).to_dict()
     bare = run_suites(WITHOUT_SCREENING).to_dict()
     costs = cost(args.calls)
+    cedar: dict[str, Any] | None = None
+    if importlib.util.find_spec("cedarpy") is not None:  # the cedar extra, not a base need
+        cedar = run_suites(CEDAR).to_dict()
+        cedar["added_cost_per_call_us"] = cost(args.calls // 3, CEDAR)["added_cost_per_call_us"]
     rows = [
         ("benign tasks", "benign_tasks"),
         ("task x injection pairs", "pairs"),
@@ -112,14 +119,21 @@ def main() -> None:
         ("approvals per injected task", "approvals_per_injected_task"),
     ]
     print(f"data-flow suites on {platform.python_implementation()} {platform.python_version()}")
-    print(f"{'':32} {'tier-only':>12} {'provenance':>12} {'no screening':>13}")
+    cedar_head = f" {'cedar':>10}" if cedar is not None else ""
+    print(f"{'':32} {'tier-only':>12} {'provenance':>12} {'no screening':>13}{cedar_head}")
     for label, key in rows:
-        print(f"{label:32} {tier[key]!s:>12} {flow[key]!s:>12} {bare[key]!s:>13}")
+        cell = f" {cedar[key]!s:>10}" if cedar is not None else ""
+        print(f"{label:32} {tier[key]!s:>12} {flow[key]!s:>12} {bare[key]!s:>13}{cell}")
     print(
         f"per call: floor (tier-only) {costs['floor_per_call_us']} us, provenance "
         f"{costs['provenance_per_call_us']} us, added {costs['added_cost_per_call_us']} us "
         f"median ({costs['calls_timed_per_policy']} calls each)"
     )
+    if cedar is not None:
+        added = cedar["added_cost_per_call_us"]
+        print(f"per call, the same policy decided in Cedar: added {added} us")
+    else:
+        print("cedar: cedarpy is not installed (the cedar extra); its column is left out")
     print(f"took {time.perf_counter() - started:.1f} s")
     if args.json:
         print(
@@ -132,6 +146,7 @@ def main() -> None:
                     "provenance": flow,
                     "tier_only": tier,
                     "provenance_without_screening": bare,
+                    "cedar": cedar,
                 },
                 separators=(",", ":"),
             )

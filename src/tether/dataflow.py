@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from tether.cedar import CedarRules
 from tether.provenance import (
     ArgumentProvenance,
     Check,
@@ -113,6 +114,9 @@ class FlowPolicy:
     trusted_fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
     session: tuple[SessionRule, ...] = ()
     marking: Marking = Marking.DELIMIT
+    # Cedar policies deciding instead of the flow rules' verdicts (tether.cedar); the flow
+    # rules still say how each argument is checked and which are egress.
+    cedar: CedarRules | None = None
 
     def output_trust(self, manifest: Manifest) -> tuple[bool, frozenset[str]]:
         """Whether a tool's output is trusted, and which of its result keys are."""
@@ -130,7 +134,11 @@ class FlowPolicy:
         check): a flow rule or a session rule covers it."""
         rule = self.rule_for(manifest)
         egress = rule is not None and bool(rule.egress)
-        return rule is not None or any(s.covers(manifest, egress) for s in self.session)
+        return (
+            rule is not None
+            or self.cedar is not None
+            or any(s.covers(manifest, egress) for s in self.session)
+        )
 
     def judge(
         self,
@@ -141,9 +149,11 @@ class FlowPolicy:
         reasons: list[str],
         *,
         explicit: bool,
+        subject: str = "",
     ) -> tuple[Verdict, tuple[ArgumentProvenance, ...]]:
         """The verdict after the flow rules, appending their reasons to ``reasons``; and
-        every argument's label. ``explicit``: the policy names a decision for this tool."""
+        every argument's label. ``explicit``: the policy names a decision for this tool;
+        ``subject``: who the run acts for (Cedar's principal)."""
         own = self.tools.get(manifest.name)
         rule = own or self.tiers.get(manifest.risk)
         sensitive = manifest.sensitive_fields
@@ -162,7 +172,11 @@ class FlowPolicy:
                 if rule is not None and check is not Check.ANY:
                     checked.append((label, False))
             labels.append(label)
-        if rule is not None:
+        if self.cedar is not None:
+            decided, why = self.cedar.judge(subject, manifest, tuple(labels), index)
+            reasons.extend(why)
+            verdict = stricter(verdict, decided) if explicit else decided
+        elif rule is not None:
             verdict = self._by_labels(rule, own is not None, explicit, checked, verdict, reasons)
         for session in self.session:
             fact = index.flagged if session.after == "flagged_output" else index.first_untrusted

@@ -141,6 +141,7 @@ class Policy:
                     if not self.approvers_for(n)
                 ]
                 found += ["a session rule"] * bool(self.flow.session)
+                found += ["the Cedar flow policies"] * (self.flow.cedar is not None)
             return found
         return sorted(
             f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
@@ -224,7 +225,13 @@ def decide(
     if policy.flow is not None and provenance is not None:
         explicit = rule is not None and rule.verdict is not None
         verdict, labels = policy.flow.judge(
-            manifest, arguments, provenance, verdict, reasons, explicit=explicit
+            manifest,
+            arguments,
+            provenance,
+            verdict,
+            reasons,
+            explicit=explicit,
+            subject=principal.subject,
         )
         if verdict is Verdict.DENY:
             return Decision(

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from tether.cedar import CedarRules
 from tether.dataflow import FlowPolicy, FlowRule, Marking, SessionRule
 from tether.errors import ConfigurationError
 from tether.policy import DEFAULT_TIERS, Constraint, ConstraintOp, Policy, ToolRule, Verdict
@@ -86,6 +87,7 @@ class _FlowSpec(pydantic.BaseModel):
     trusted_fields: dict[str, list[str]] = {}
     session: list[_SessionSpec] = []
     marking: Marking = Marking.DELIMIT
+    cedar: str | None = None  # Cedar policies deciding instead (tether.cedar)
 
     def to_flow(self) -> FlowPolicy:
         both = set(self.trusted_tools) & set(self.untrusted_tools)
@@ -115,6 +117,7 @@ class _FlowSpec(pydantic.BaseModel):
                 for s in self.session
             ),
             marking=self.marking,
+            cedar=CedarRules.from_text(self.cedar) if self.cedar is not None else None,
         )
 
 

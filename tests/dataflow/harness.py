@@ -88,6 +88,21 @@ WITHOUT_SCREENING = PROVENANCE.replace(_SCREENING_RULE, "").replace(
     'version = "provenance"', 'version = "provenance-without-screening"'
 )
 
+# The provenance policy's verdicts written in Cedar instead (tether.cedar): the flow rules
+# still say how each argument is checked; Cedar decides from the labels.
+_CEDAR_POLICIES = """
+@id("reads-to-trusted-places")
+permit(principal, action, resource)
+when { context.tier == "read" && !(context.arguments has url && !context.arguments.url.trusted) };
+
+@id("writes-made-of-trusted-values")
+permit(principal, action, resource)
+when { context.tier == "write" && context.untrusted.isEmpty() };
+"""
+CEDAR = PROVENANCE.replace('version = "provenance"', 'version = "provenance-cedar"').replace(
+    "[flow]\n", f"[flow]\ncedar = '''{_CEDAR_POLICIES}'''\n", 1
+)
+
 
 class ScriptedAgent:
     """Makes a task's calls through the gate; obeys a planted injection once it reads it."""

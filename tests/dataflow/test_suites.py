@@ -7,6 +7,7 @@ import pytest
 
 from tests.dataflow import env as world
 from tests.dataflow.harness import (
+    CEDAR,
     PROVENANCE,
     TIER_ONLY,
     WITHOUT_SCREENING,
@@ -85,3 +86,10 @@ def test_details_name_what_asked() -> None:
     assert benign_asks == ["b04", "f10", "m07", "w08"]
     assert all(r["auto_executed"] == 0 for r in rows if "goal" in r)
     assert world.ENV.current is not world.BASE
+
+
+def test_the_same_policy_decided_in_cedar_gives_the_same_figures(provenance: Figures) -> None:
+    # cedarpy comes with the dev extra; without it loading the policy fails, saying so.
+    cedar = run_suites(CEDAR)
+    assert cedar.injected_auto_executed == 0
+    assert cedar.benign_no_approval == provenance.benign_no_approval
