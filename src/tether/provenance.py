@@ -140,6 +140,9 @@ def _scan(text: str, *, every_kind: bool) -> list[str]:
     spaced_iban = phone = False
     run = 0  # digits in the current run of number-like words ("+1 (555) 123-4567")
     for raw in text.lower().split():
+        if raw.isalpha():  # most words: letters only, nothing to find, no number run
+            run = 0
+            continue
         word = raw.strip(_STRIP)
         if every_kind:
             if word and not word.strip(_PHONE_CHARS):
