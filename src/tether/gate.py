@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["Gate", "Outcome", "Result", "ToolCall", "apply"]
 
 Clock = Callable[[], float]
-MAX_INDEXED_RUNS = 1024  # runs whose provenance index a gate keeps in memory
+MAX_INDEXED_RUNS = 256  # runs whose provenance index a gate keeps in memory
 EventListener = Callable[[dict[str, Any]], None]
 
 

@@ -15,7 +15,8 @@ The steps, in the order they run (DESIGN section 1):
 1. the step budget (a refused step is audited but does not count);
 2. argument limits (depth, keys, numbers), before anything walks the arguments;
 3. resolve the tool (version, deprecation), fill the tenant, validate the arguments;
-4. screen the arguments and ask the policy (deny ends here);
+4. screen the arguments and ask the policy, with what the run has seen if it has flow rules
+   (``tether.provenance``; deny ends here);
 5. the ledger: an effect already recorded for this call is a conflict (it changed), a
    re-dispatch (known absent) or a replay — never a second execution;
 6. the ledger's effect count matches the run's (rows removed outside tether are refused);

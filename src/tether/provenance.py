@@ -32,7 +32,7 @@ from typing import Any
 
 from tether.screening import redact
 
-MAX_TOKENS = 50_000  # per run; a token is a short string, so a full index is a few MB
+MAX_TOKENS = 20_000  # per run; a token is a short string, so a full index is a few MB
 SHORT_VALUE = 64  # string leaves up to this length are also indexed whole
 SHOWN = 80  # how much of a value a reason or an approval quotes
 
