@@ -180,7 +180,10 @@ class FlowPolicy:
             verdict = self._by_labels(rule, own is not None, explicit, checked, verdict, reasons)
         for session in self.session:
             fact = index.flagged if session.after == "flagged_output" else index.first_untrusted
-            if fact is None or not session.covers(manifest, rule is not None and bool(rule.egress)):
+            # Egress here: this call sends something somewhere (an argument was judged as
+            # egress), not merely a tool whose rule could.
+            egress = any(is_egress for _, is_egress in checked)
+            if fact is None or not session.covers(manifest, egress):
                 continue
             what = (
                 "output screening flagged"

@@ -44,6 +44,18 @@ trusted_values = ["me@myco.com"]
 trusted = "allow"
 arguments = {{ {_CONTENT} }}
 
+# Any read that takes a URL is egress, whatever the tool is called; nothing else of a read
+# is checked.
+[flow.tiers.read]
+default = "any"
+egress = ["*"]
+follow_links = true
+
+[flow.tiers.sensitive_read]
+default = "any"
+egress = ["*"]
+follow_links = true
+
 [flow.tools.send_money]
 trusted = "allow"
 arguments = {{ recipient = "trusted", amount = "trusted", memo = "links" }}
