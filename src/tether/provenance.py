@@ -66,7 +66,9 @@ _WORD = re.compile(r"\w(?:[\w'.\-]|,(?=\d{3}))*")  # "1,000" is one word
 _TRAILING = ".,;:!?)]}'\""
 
 
-def _url_tokens(url: str) -> Iterator[str]:
+def _url_tokens(url: str, *, as_given: bool = True) -> Iterator[str]:
+    """The URL without query and fragment, then (``as_given``, for the index) the link as
+    given if that differs, then its host and registrable domain."""
     url = url.rstrip(_TRAILING)
     scheme, _, rest = url.partition("://")
     base = rest.split("#", 1)[0]
@@ -77,7 +79,7 @@ def _url_tokens(url: str) -> Iterator[str]:
             without_query = without_query[4:]
             base = base[4:]
         yield f"{scheme}://{without_query}"
-        if base.rstrip("/") != without_query:  # the link as given, query and all
+        if as_given and base.rstrip("/") != without_query:  # query and all
             yield f"{scheme}://{base.rstrip('/')}"
         yield from _domain_tokens(host)
 
@@ -114,12 +116,15 @@ def _host(url: str) -> str | None:
 def links(text: str) -> list[str]:
     """The identifiers in ``text`` that say where something goes: email addresses, URLs and
     domains (normalised as ``identifiers`` gives them)."""
-    return _scan(text, every_kind=False)
+    return _scan(text, every_kind=False, as_given=False)
 
 
-def identifiers(text: str) -> list[str]:
-    """The normalised identifiers in ``text``: what a consequential argument is checked by."""
-    return _scan(text, every_kind=True)
+def identifiers(text: str, *, as_given: bool = False) -> list[str]:
+    """The normalised identifiers in ``text``: what a consequential argument is checked by.
+    A URL is identified by where it points (scheme, host, path): another query string is the
+    same destination. ``as_given``: also each URL as written, query and all, which the index
+    keeps so that a link followed verbatim can be recognised (``follow_links``)."""
+    return _scan(text, every_kind=True, as_given=as_given)
 
 
 # Python's regular expressions have no literal to skip ahead with for most of these, so a
@@ -135,7 +140,7 @@ _PHONE_CHARS = "+-().0123456789"
 _IBAN_WORD = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{8,30}")
 
 
-def _scan(text: str, *, every_kind: bool) -> list[str]:
+def _scan(text: str, *, every_kind: bool, as_given: bool) -> list[str]:
     found: list[str] = []
     spaced_iban = phone = False
     run = 0  # digits in the current run of number-like words ("+1 (555) 123-4567")
@@ -161,7 +166,7 @@ def _scan(text: str, *, every_kind: bool) -> list[str]:
         if "://" in word:
             match = _URL.search(word)
             if match is not None:
-                found.extend(_url_tokens(match.group(0)))
+                found.extend(_url_tokens(match.group(0), as_given=as_given))
             continue
         head = word
         if "/" in word:
@@ -285,7 +290,7 @@ class ProvenanceIndex:
         texts, tokens = _texts(_leaves(value))
         joined = _JOIN.join(texts)
         found = set(tokens)
-        found.update(identifiers(joined))
+        found.update(identifiers(joined, as_given=True))
         found.update(_words(joined))
         if self._room(len(found)):
             self.trusted |= found
@@ -316,7 +321,7 @@ class ProvenanceIndex:
         if self.first_untrusted is None:
             self.first_untrusted = origin
         texts, tokens = _texts(leaves)
-        tokens.extend(identifiers(_JOIN.join(texts)))
+        tokens.extend(identifiers(_JOIN.join(texts), as_given=True))
         if not self._room(len(tokens)):
             return
         untrusted = self.untrusted

@@ -400,3 +400,11 @@ def test_a_wildcard_makes_every_url_argument_of_a_tier_egress() -> None:
         policy, ALICE, lookup, {"note": "https://blog.example.com/p", "to": "x"}, (), index
     )
     assert fine.verdict is Verdict.ALLOW
+
+
+def test_a_url_with_another_query_string_is_the_same_destination() -> None:
+    index = index_with("send bob the page https://news.example.org/today", "")
+    body = "See https://www.news.example.org/today?page=2#top"
+    assert label_argument(index, "body", body, Check.LINKS, False).trust is Trust.TRUSTED
+    other = "See https://news.example.org/tomorrow"
+    assert label_argument(index, "body", other, Check.LINKS, False).trust is Trust.UNKNOWN
