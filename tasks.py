@@ -65,7 +65,14 @@ def quick(args: list[str]) -> None:
     the runs, on memory and SQLite; no PostgreSQL, no command-line subprocesses, no crash
     trials. ``test`` runs everything."""
     ensure_venv()
-    dirs = ["tests/unit", "tests/gate", "tests/store", "tests/audit", "tests/runs"]
+    dirs = [
+        "tests/unit",
+        "tests/gate",
+        "tests/store",
+        "tests/audit",
+        "tests/runs",
+        "tests/dataflow",
+    ]
     sh(BIN / "python", "-m", "pytest", "-q", "-m", "not slow and not postgres", *dirs, *args)
 
 
@@ -80,6 +87,7 @@ def bench(args: list[str]) -> None:
         "bench_call_view.py",
         "bench_verify.py",
         "bench_adapters.py",
+        "bench_dataflow.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():

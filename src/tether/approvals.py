@@ -132,6 +132,12 @@ class Approval(Record):
     # The store key's seal over ``grant_payload``: a grant written straight into the
     # database, without the key, does not carry a valid one.
     seal: str | None = None
+    # Where each argument's value came from, when the policy has flow rules: argument,
+    # value (masked), trusted, and the call and tool it first appeared in the output of
+    # (tether.provenance). Values are masked when recorded: this is for people to read.
+    provenance: tuple[Mapping[str, Any], ...] = ()
+    # Why the policy asked, as the decision gave it.
+    reasons: tuple[str, ...] = ()
 
     @classmethod
     def request(
@@ -144,6 +150,8 @@ class Approval(Record):
         ttl_s: float,
         approvers: frozenset[str] = frozenset(),
         sensitive_fields: Iterable[str] = (),
+        provenance: tuple[Mapping[str, Any], ...] = (),
+        reasons: tuple[str, ...] = (),
     ) -> Approval:
         sensitive = tuple(sorted(set(sensitive_fields)))
         return cls(
@@ -165,12 +173,19 @@ class Approval(Record):
             expires_at=now + ttl_s,
             approvers=tuple(sorted(approvers)),
             sensitive_fields=sensitive,
+            provenance=provenance,
+            reasons=tuple(reasons),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The whole record, as the store keeps it: arguments in clear. Never print this;
-        ``public_dict`` is what people and logs see."""
-        return super().to_dict()
+        ``public_dict`` is what people and logs see. Provenance and reasons appear only when
+        recorded, so an approval without them has the record (and row digest) it always had."""
+        data = super().to_dict()
+        for name in ("provenance", "reasons"):
+            if not data[name]:
+                del data[name]
+        return data
 
     def public_dict(self, *, reveal: bool = False) -> dict[str, Any]:
         """The record as shown: sensitive and credential-looking arguments masked (and named

@@ -10,7 +10,10 @@ recorded in a second transaction.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -50,7 +53,8 @@ from tether.planner import (
     sealed_identity,
 )
 from tether.policy import Policy, Principal
-from tether.screening import redact, screen_result, scrub
+from tether.provenance import Origin, ProvenanceIndex
+from tether.screening import INJECTION_FLAG, redact, screen_result, scrub
 from tether.state import RunState, new_id
 from tether.store.base import RunRecord, Store, Tx
 from tether.tools import Registry, Tool
@@ -58,9 +62,12 @@ from tether.tools import Registry, Tool
 if TYPE_CHECKING:
     import concurrent.futures
 
+    from tether.dataflow import FlowPolicy
+
 __all__ = ["Gate", "Outcome", "Result", "ToolCall", "apply"]
 
 Clock = Callable[[], float]
+MAX_INDEXED_RUNS = 256  # runs whose provenance index a gate keeps in memory
 EventListener = Callable[[dict[str, Any]], None]
 
 
@@ -96,6 +103,11 @@ class Gate:
         self.store = store
         self.clock = clock
         self._listeners: list[EventListener] = []
+        # Per run, what it has seen (tether.provenance), for a policy with flow rules: kept
+        # for the most recent runs, rebuilt from the store for any other (bounded memory).
+        self._flow: FlowPolicy | None = policy.flow if policy is not None else None
+        self._indexes: OrderedDict[str, ProvenanceIndex] = OrderedDict()
+        self._indexes_lock = threading.Lock()
 
     def subscribe(self, listener: EventListener) -> None:
         """Receive each ``tool_effect_resolved`` event after its transaction commits."""
@@ -145,28 +157,124 @@ class Gate:
                 actor=principal.subject,
                 data={"principal": principal.to_dict(), "budget": state.budget.to_dict()},
             )
+        if self._flow is not None:
+            self._remember(run_id, ProvenanceIndex(self._flow.trusted_values))
         return run_id
 
     def run_state(self, run_id: str) -> RunState:
         with self.store.read() as tx:
             return RunState.load(_load_run(tx, run_id))
 
+    def record_input(self, run_id: str, text: str, *, source: str = "user") -> None:
+        """Record trusted input to a run: the user's request (or a later user message). The
+        data-flow policy trusts argument values found in it; tool output it does not. Durable,
+        so a run resumed in another process knows it too. Adapters call this with the
+        user's messages; ``tether.runs`` does it for the opening request."""
+        if not isinstance(text, str) or not text:
+            raise ConfigurationError("record_input needs the user's text (a non-empty string)")
+        with self.store.transaction() as tx:
+            _load_run(tx, run_id)
+            tx.append_input(run_id, source, text, self.clock())
+        if self._flow is not None:
+            with self._indexes_lock:
+                index = self._indexes.get(run_id)
+            if index is not None:
+                index.add_trusted(text)
+
+    def provenance(self, run_id: str) -> ProvenanceIndex:
+        """What the run has seen, as the data-flow policy judges its calls by (read-only use:
+        the gate feeds it). Built from the store if this process does not have it."""
+        with self.store.read() as tx:
+            return self._index_in(tx, run_id, None)
+
+    def _index_in(self, tx: Tx, run_id: str, effect_count: int | None) -> ProvenanceIndex:
+        """The run's index, rebuilt from the transaction's rows when this process has none or
+        another process has dispatched calls of the run since (its effect count moved)."""
+        with self._indexes_lock:
+            index = self._indexes.get(run_id)
+            if index is not None:
+                self._indexes.move_to_end(run_id)
+        if index is not None and (effect_count is None or index.effects == effect_count):
+            return index
+        index = self._rebuild(tx, run_id)
+        self._remember(run_id, index)
+        return index
+
+    def _remember(self, run_id: str, index: ProvenanceIndex) -> None:
+        with self._indexes_lock:
+            self._indexes[run_id] = index
+            while len(self._indexes) > MAX_INDEXED_RUNS:
+                self._indexes.popitem(last=False)
+
+    def _rebuild(self, tx: Tx, run_id: str) -> ProvenanceIndex:
+        flow = self._flow
+        assert flow is not None
+        index = ProvenanceIndex(flow.trusted_values)
+        for _, body in tx.inputs(run_id):
+            index.add_trusted(body)
+        effects = tx.run_effects(run_id)
+        for effect in effects:
+            if effect.result_json is None:
+                continue
+            value = json.loads(effect.result_json)
+            known = self.registry.find(effect.tool_name)
+            self._learn(index, known, effect.call_id, effect.tool_name, value, effect.result_json)
+        index.effects = len(effects)
+        return index
+
+    def _learn(
+        self,
+        index: ProvenanceIndex,
+        tool: Tool | None,
+        call_id: str,
+        tool_name: str,
+        value: Any,
+        result_json: str,
+        flags: tuple[str, ...] | None = None,
+    ) -> bool:
+        """Feed one recorded result to the index, as at dispatch; whether it is trusted.
+        ``flags``: the result's screening flags, if already known."""
+        flow = self._flow
+        assert flow is not None
+        if tool is None:  # no longer registered: nothing vouches for it
+            trusted, fields, limit = False, frozenset[str](), 65_536
+        else:
+            trusted, fields = flow.output_trust(tool.manifest)
+            limit = tool.manifest.max_result_bytes
+        if flags is None:
+            text = value if isinstance(value, str) else result_json
+            flags = screen_result(text, limit).flags
+        flagged = not trusted and INJECTION_FLAG in flags
+        index.add_output(
+            Origin(call_id, tool_name),
+            value,
+            trusted=trusted,
+            trusted_fields=fields,
+            flagged=flagged,
+        )
+        return trusted
+
     # -- the pipeline ------------------------------------------------------------------------
     def call(self, run_id: str, call: ToolCall) -> Outcome:
         """Judge and, if allowed, run one call. Raises a ``Denied`` or a signal otherwise."""
         started = time.perf_counter()
         now = self.clock()
+        index: ProvenanceIndex | None = None
         try:
             with self.store.transaction() as tx:
+                view = tx.call_view(run_id, call.call_id)
+                if self._flow is not None and view.run is not None:
+                    index = self._index_in(tx, run_id, view.effect_count)
                 plan = plan_call(
                     call,
-                    tx.call_view(run_id, call.call_id),
+                    view,
                     run_id=run_id,
                     registry=self.registry,
                     policy=self.policy,
                     seals=self.store.keys,
                     now=now,
                     mint=new_id,
+                    provenance=index,
                 )
                 apply(tx, run_id, now, plan.writes)
                 if isinstance(plan, Admit):
@@ -181,13 +289,30 @@ class Gate:
             ) from e
         if isinstance(plan, Admit):
             crash_point("gate.after_dispatch_commit")
-            return self._dispatch(plan, started)
+            if index is not None and plan.fresh:
+                index.effects += 1
+            return self._dispatch(plan, started, index)
         if isinstance(plan, Replay):
             if plan.error is not None:
                 raise plan.error
             assert plan.outcome is not None
+            if index is not None:
+                return self._marked(plan.outcome, plan.effect.call_id, plan.effect.tool_name)
             return plan.outcome
         raise plan.signal if isinstance(plan, Ask) else plan.error
+
+    def _marked(self, outcome: Outcome, call_id: str, tool_name: str) -> Outcome:
+        """A replayed outcome marked as its first dispatch was, if its tool is untrusted."""
+        flow = self._flow
+        assert flow is not None
+        known = self.registry.find(tool_name)
+        if known is not None and flow.output_trust(known.manifest)[0]:
+            return outcome
+        from tether.dataflow import mark_untrusted
+
+        boundary = sha256_hex(outcome.operation_key)[:12]
+        text = mark_untrusted(outcome.text, call_id, tool_name, boundary, flow.marking)
+        return replace(outcome, text=text)
 
     def ask_if_needed(self, run_id: str, call: ToolCall) -> ApprovalRequired | None:
         """Judge ``call`` without running it, for frameworks that ask before they call: if
@@ -196,22 +321,29 @@ class Gate:
         nothing and return None — ``call`` acts on it when the framework calls the tool."""
         now = self.clock()
         with self.store.transaction() as tx:
+            view = tx.call_view(run_id, call.call_id)
+            index = None
+            if self._flow is not None and view.run is not None:
+                index = self._index_in(tx, run_id, view.effect_count)
             plan = plan_call(
                 call,
-                tx.call_view(run_id, call.call_id),
+                view,
                 run_id=run_id,
                 registry=self.registry,
                 policy=self.policy,
                 seals=self.store.keys,
                 now=now,
                 mint=new_id,
+                provenance=index,
             )
             if not isinstance(plan, Ask):
                 return None
             apply(tx, run_id, now, plan.writes)
         return plan.signal
 
-    def _dispatch(self, admitted: Admit, started: float) -> Outcome:
+    def _dispatch(
+        self, admitted: Admit, started: float, index: ProvenanceIndex | None = None
+    ) -> Outcome:
         """Steps 8-10: call the tool with its key, then record what happened."""
         tool, effect = admitted.tool, admitted.effect
         failure: BaseException | None = None
@@ -302,11 +434,24 @@ class Gate:
             listener(event)
         if failure is not None:
             raise failure from failure.__cause__
+        text = screened.text
+        if index is not None and result_json is not None:
+            # What the model will read of this output, it may act on: the index learns it
+            # from the value as recorded (redacted), exactly what a rebuild reads back.
+            trusted = self._learn(
+                index, tool, effect.call_id, tool.name, safe_value, result_json, screened.flags
+            )
+            if not trusted:
+                from tether.dataflow import mark_untrusted
+
+                assert self._flow is not None
+                boundary = sha256_hex(effect.operation_key)[:12]
+                text = mark_untrusted(text, effect.call_id, tool.name, boundary, self._flow.marking)
         return Outcome(
             operation_key=effect.operation_key,
             status=target,
             result=value,
-            text=screened.text,
+            text=text,
             replayed=False,
             policy_decision=admitted.label,
             external_reference=reference,

@@ -15,7 +15,8 @@ The steps, in the order they run (DESIGN section 1):
 1. the step budget (a refused step is audited but does not count);
 2. argument limits (depth, keys, numbers), before anything walks the arguments;
 3. resolve the tool (version, deprecation), fill the tenant, validate the arguments;
-4. screen the arguments and ask the policy (deny ends here);
+4. screen the arguments and ask the policy, with what the run has seen if it has flow rules
+   (``tether.provenance``; deny ends here);
 5. the ledger: an effect already recorded for this call is a conflict (it changed), a
    re-dispatch (known absent) or a replay — never a second execution;
 6. the ledger's effect count matches the run's (rows removed outside tether are refused);
@@ -57,6 +58,7 @@ from tether.ledger import Effect, EffectStatus, operation_key
 from tether.lifecycle import RunStatus
 from tether.limits import argument_problems
 from tether.policy import Decision, Policy, Principal, Verdict, decide
+from tether.provenance import ProvenanceIndex
 from tether.screening import redact, screen_arguments, screen_result, scrub, secret_values
 from tether.state import RunState
 from tether.store.base import CallView, RunRecord
@@ -204,8 +206,10 @@ def plan_call(
     seals: Seals,
     now: float,
     mint: Callable[[str], str],
+    provenance: ProvenanceIndex | None = None,
 ) -> Plan:
-    """Judge one call (steps 0-9 of the module docstring). ``mint`` names a new approval."""
+    """Judge one call (steps 0-9 of the module docstring). ``mint`` names a new approval;
+    ``provenance`` is what the run has seen, for the policy's flow rules (read, not changed)."""
     record = view.run
     if record is None:
         missing = StoreError(f"no run {run_id}; start one with Gate.start_run or `tether run`")
@@ -239,7 +243,9 @@ def plan_call(
         return Refuse(
             error=e, writes=(AuditWrite("budget_exceeded", {**base, "error": str(e)}, actor),)
         )
-    judged = _judge(call, view, state, budget, run_id, registry, policy, seals, now, mint)
+    judged = _judge(
+        call, view, state, budget, run_id, registry, policy, seals, now, mint, provenance
+    )
     effects = state.effects
     if isinstance(judged, Admit) and judged.fresh:
         effects = (effects if effects is not None else view.effect_count) + 1
@@ -259,6 +265,7 @@ def _judge(
     seals: Seals,
     now: float,
     mint: Callable[[str], str],
+    provenance: ProvenanceIndex | None = None,
 ) -> Plan:
     """Steps 2-9: everything after the run itself was found sound and the step counted."""
     actor = state.principal.subject
@@ -304,7 +311,7 @@ def _judge(
     )
     safe_args, redactions = redact(arguments, manifest.sensitive_fields)
     flags = screen_arguments(arguments, size=len(binding.arguments_json.encode()))
-    decision = decide(policy, state.principal, manifest, arguments, flags)
+    decision = decide(policy, state.principal, manifest, arguments, flags, provenance)
     base.update(tool_version=manifest.version, arguments=safe_args)
     if decision.verdict is Verdict.DENY:
         denied = PolicyDenied(call.tool, decision.reasons, decision.policy_version)
@@ -486,6 +493,8 @@ def _grant(
             ttl_s=policy.approval_ttl_s,
             approvers=approvers,
             sensitive_fields=sensitive_fields,
+            provenance=tuple(label.to_dict() for label in decision.provenance),
+            reasons=decision.reasons,
         )
         audit = {**approval_audit(request), "reasons": list(decision.reasons)}
         waiting = ApprovalRequired(

@@ -12,24 +12,22 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.errors import ConfigurationError
 from tether.tenancy import is_missing, tenant_at
 from tether.tools import Manifest, Risk
+from tether.verdicts import SEVERITY, Verdict
+
+if TYPE_CHECKING:
+    from tether.dataflow import FlowPolicy
+    from tether.provenance import ArgumentProvenance, ProvenanceIndex
+
+__all__ = ["Constraint", "Decision", "Policy", "Principal", "ToolRule", "Verdict", "decide"]
 
 
-class Verdict(StrEnum):
-    """What the policy says of a call."""
-
-    ALLOW = "allow"
-    ASK = "ask"
-    DENY = "deny"
-
-
-_SEVERITY = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.DENY: 2}
+_SEVERITY = SEVERITY
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +110,8 @@ class Policy:
     tools: Mapping[str, ToolRule] = field(default_factory=dict)
     approval_ttl_s: float = 3600.0
     on_injection: Verdict = Verdict.DENY
+    # Rules over where argument values came from (tether.dataflow); None: tiers alone.
+    flow: FlowPolicy | None = None
 
     def approvers_for(self, tool: str) -> frozenset[str]:
         rule = self.tools.get(tool)
@@ -133,6 +133,15 @@ class Policy:
                 for name, rule in sorted(self.tools.items())
                 if rule.verdict is Verdict.ASK and not self.approvers_for(name)
             ]
+            if self.flow is not None and not self.approvers:
+                found += [f"flow rule for tier {r.value}" for r in sorted(self.flow.tiers)]
+                found += [
+                    f"flow rule for tool {n}"
+                    for n in sorted(self.flow.tools)
+                    if not self.approvers_for(n)
+                ]
+                found += ["a session rule"] * bool(self.flow.session)
+                found += ["the Cedar flow policies"] * (self.flow.cedar is not None)
             return found
         return sorted(
             f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
@@ -143,7 +152,8 @@ class Policy:
         verdict = rule.verdict if rule is not None and rule.verdict is not None else None
         verdict = verdict or self.tiers.get(manifest.risk, Verdict.DENY)
         irreversible = manifest.risk is Risk.IRREVERSIBLE and verdict is Verdict.ALLOW
-        return verdict is Verdict.ASK or irreversible
+        flow = self.flow is not None and self.flow.may_ask(manifest)
+        return verdict is Verdict.ASK or irreversible or flow
 
     @classmethod
     def from_toml(cls, source: str | Path) -> Policy:
@@ -169,6 +179,9 @@ class Decision:
     verdict: Verdict
     reasons: tuple[str, ...]
     policy_version: str
+    # Where each argument's value came from, when the policy has flow rules (not in
+    # ``to_dict``: the reasons name what decided, and audit entries keep to them).
+    provenance: tuple[ArgumentProvenance, ...] = ()
 
     @property
     def allowed(self) -> bool:
@@ -188,8 +201,10 @@ def decide(
     manifest: Manifest | None,
     arguments: Mapping[str, Any],
     flags: tuple[str, ...] = (),
+    provenance: ProvenanceIndex | None = None,
 ) -> Decision:
-    """The policy's verdict on one proposed call, with every reason behind it."""
+    """The policy's verdict on one proposed call, with every reason behind it.
+    ``provenance``: what the run has seen, for the policy's flow rules."""
     if policy is None:
         return Decision(verdict=Verdict.DENY, reasons=("no policy loaded",), policy_version="")
     version = policy.version
@@ -206,13 +221,31 @@ def decide(
     else:
         verdict = policy.tiers.get(manifest.risk, Verdict.DENY)
         reasons = [f"tier {manifest.risk.value}: {verdict.value}"]
+    labels: tuple[ArgumentProvenance, ...] = ()
+    if policy.flow is not None and provenance is not None:
+        explicit = rule is not None and rule.verdict is not None
+        verdict, labels = policy.flow.judge(
+            manifest,
+            arguments,
+            provenance,
+            verdict,
+            reasons,
+            explicit=explicit,
+            subject=principal.subject,
+        )
+        if verdict is Verdict.DENY:
+            return Decision(
+                verdict=verdict, reasons=tuple(reasons), policy_version=version, provenance=labels
+            )
     if manifest.risk is Risk.IRREVERSIBLE and verdict is Verdict.ALLOW:
         verdict = Verdict.ASK
         reasons.append("irreversible tools always need approval")
     if flags:
         reasons.extend(f"screening: {f}" for f in flags)
         verdict = max(verdict, policy.on_injection, key=_SEVERITY.__getitem__)
-    return Decision(verdict=verdict, reasons=tuple(reasons), policy_version=version)
+    return Decision(
+        verdict=verdict, reasons=tuple(reasons), policy_version=version, provenance=labels
+    )
 
 
 def _denials(

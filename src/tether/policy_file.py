@@ -6,12 +6,15 @@ errors, so a misspelt ``decison`` cannot silently mean "no rule") and builds the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 
+from tether.cedar import CedarRules
+from tether.dataflow import FlowPolicy, FlowRule, Marking, SessionRule
 from tether.errors import ConfigurationError
 from tether.policy import DEFAULT_TIERS, Constraint, ConstraintOp, Policy, ToolRule, Verdict
+from tether.provenance import Check
 from tether.tools import Risk
 
 
@@ -42,6 +45,82 @@ class _ToolSpec(pydantic.BaseModel):
     constraints: list[_ConstraintSpec] = []
 
 
+class _FlowRuleSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    trusted: Verdict | None = None
+    untrusted: Verdict = Verdict.ASK
+    unknown: Verdict | None = None
+    arguments: dict[str, Check] = {}
+    default: Check = Check.IDENTIFIERS
+    egress: list[str] = []
+    follow_links: bool = False
+
+    def to_rule(self) -> FlowRule:
+        return FlowRule(
+            trusted=self.trusted,
+            untrusted=self.untrusted,
+            unknown=self.unknown,
+            arguments=dict(self.arguments),
+            default=self.default,
+            egress=tuple(self.egress),
+            follow_links=self.follow_links,
+        )
+
+
+class _SessionSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    after: Literal["untrusted_output", "flagged_output"]
+    tools: list[str] = []
+    tiers: list[Risk] = []
+    egress: bool = False
+    verdict: Verdict = Verdict.ASK
+
+
+class _FlowSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    tiers: dict[Risk, _FlowRuleSpec] = {}
+    tools: dict[str, _FlowRuleSpec] = {}
+    allow_domains: list[str] = []
+    trusted_values: list[str] = []
+    trusted_tools: list[str] = []
+    untrusted_tools: list[str] = []
+    trusted_fields: dict[str, list[str]] = {}
+    session: list[_SessionSpec] = []
+    marking: Marking = Marking.DELIMIT
+    cedar: str | None = None  # Cedar policies deciding instead (tether.cedar)
+
+    def to_flow(self) -> FlowPolicy:
+        both = set(self.trusted_tools) & set(self.untrusted_tools)
+        if both:
+            raise ConfigurationError(
+                f"policy file: flow lists {', '.join(sorted(both))} as both trusted_tools and "
+                "untrusted_tools; keep each tool in one"
+            )
+        return FlowPolicy(
+            tiers={risk: spec.to_rule() for risk, spec in self.tiers.items()},
+            tools={name: spec.to_rule() for name, spec in self.tools.items()},
+            allow_domains=frozenset(
+                d.strip().lower().removeprefix("www.") for d in self.allow_domains
+            ),
+            trusted_values=tuple(self.trusted_values),
+            trusted_tools=frozenset(self.trusted_tools),
+            untrusted_tools=frozenset(self.untrusted_tools),
+            trusted_fields={k: frozenset(v) for k, v in self.trusted_fields.items()},
+            session=tuple(
+                SessionRule(
+                    after=s.after,
+                    tools=tuple(s.tools),
+                    tiers=tuple(s.tiers),
+                    egress=s.egress,
+                    verdict=s.verdict,
+                )
+                for s in self.session
+            ),
+            marking=self.marking,
+            cedar=CedarRules.from_text(self.cedar) if self.cedar is not None else None,
+        )
+
+
 class _PolicyFile(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     version: str
@@ -50,6 +129,7 @@ class _PolicyFile(pydantic.BaseModel):
     on_injection: Verdict = Verdict.DENY
     tiers: dict[Risk, Verdict] = {}
     tools: dict[str, _ToolSpec] = {}
+    flow: _FlowSpec | None = None
 
     def to_policy(self) -> Policy:
         policy = self._build()
@@ -80,4 +160,5 @@ class _PolicyFile(pydantic.BaseModel):
             },
             approval_ttl_s=self.approval_ttl_seconds,
             on_injection=self.on_injection,
+            flow=self.flow.to_flow() if self.flow is not None else None,
         )

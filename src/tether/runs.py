@@ -175,6 +175,8 @@ class Runner:
                 raise RunStateError(f"run {run_id} already has a conversation; resume it instead")
             counters = {**self.metadata, "turns": 0}
             run_log.append(tx, record, now=self.clock(), messages=first, counters=counters)
+        # The user's request is the run's trusted input for the data-flow policy.
+        self.gate.record_input(run_id, user_input)
 
     def create_queued(self, user_input: str, principal: Principal, **options: Any) -> str:
         """Persist a new run for a worker to pick up (``tether run --enqueue``)."""

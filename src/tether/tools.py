@@ -85,6 +85,11 @@ class Manifest:
     # that is not tenant-scoped; see tether.tenancy.
     tenant_path: str | None = None
     tenant_scoped: bool | None = None
+    # The tool is a system of record: its output is trusted input for the data-flow policy
+    # (tether.provenance). Otherwise only ``trusted_fields``, the result keys whose values
+    # the system vouches for, are; the rest of a tool's output is untrusted.
+    trusted_output: bool = False
+    trusted_fields: frozenset[str] = frozenset()
     schema_digest: str = field(init=False)
     manifest_digest: str = field(init=False)
 
@@ -106,11 +111,19 @@ class Manifest:
         object.__setattr__(self, "schema_digest", self.compute_digest())
         # What a pin covers: the schema digest and every field that changes how the gate
         # treats the tool, so a quiet downgrade from irreversible to read is drift too.
+        # Output trust changes what the policy lets a later call do, so a pin covers it; it is
+        # in the digest only when declared, so the pins of every other tool stay as they were.
+        trust: dict[str, Any] = {}
+        if self.trusted_output:
+            trust["trusted_output"] = True
+        if self.trusted_fields:
+            trust["trusted_fields"] = sorted(self.trusted_fields)
         object.__setattr__(
             self,
             "manifest_digest",
             digest(
                 {
+                    **trust,
                     "schema_digest": self.schema_digest,
                     "risk": self.risk.value,
                     "required_scope": self.required_scope,
@@ -185,6 +198,8 @@ class Manifest:
             "timeout_s": self.timeout_s,
             "tenant_path": self.tenant_path,
             "tenant_scoped": self.tenant_scoped,
+            "trusted_output": self.trusted_output,
+            "trusted_fields": sorted(self.trusted_fields),
         }
 
 
@@ -342,7 +357,7 @@ class Registry:
         tell."""
 
         def register(f: F) -> F:
-            for key in ("allowed_tenants", "sensitive_fields"):
+            for key in ("allowed_tenants", "sensitive_fields", "trusted_fields"):
                 if manifest_fields.get(key) is not None:
                     manifest_fields[key] = frozenset(manifest_fields[key])
             manifest = Manifest(

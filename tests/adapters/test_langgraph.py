@@ -575,3 +575,32 @@ def test_a_process_killed_after_dispatch_leaves_the_effect_unknown_until_resolve
         with store.read() as tx:
             steps = [s.kind for s in tx.steps(run_id_for("t"))]
     assert steps[-2:] == ["outcome_unknown", "tool_call"]
+
+
+@pytest.mark.parametrize(("request_text", "pauses"), [("please delete b.txt", False), ("go", True)])
+def test_the_users_messages_are_the_runs_trusted_input(
+    tmp_path: Path, request_text: str, pauses: bool
+) -> None:
+    from tether import Policy, Risk, Verdict
+    from tether.dataflow import FlowPolicy, FlowRule
+
+    flow = Policy(
+        version="lg-flow",
+        approvers=frozenset({"reviewer-1"}),
+        flow=FlowPolicy(tiers={Risk.WRITE: FlowRule(trusted=Verdict.ALLOW)}),
+    )
+    with SQLiteStore(f"sqlite:///{tmp_path / 'tether.db'}") as store:
+        gate = Gate(registry(tmp_path), flow, store)
+        turn = AIMessage(content="", tool_calls=[DELETE])
+        agent = agent_for(tmp_path, gate, [turn, AIMessage(content="finished")])
+        config: Any = {"configurable": {"thread_id": "agent-flow"}}
+        result = agent.invoke({"messages": [{"role": "user", "content": request_text}]}, config)
+        with store.read() as tx:
+            assert tx.inputs(run_id_for("agent-flow")) == [("user", request_text)]
+        if pauses:  # "b.txt" is in nothing the user said: a human looks
+            (pending,) = result["__interrupt__"][0].value["pending"]
+            assert "appears in no trusted input" in " ".join(pending["reasons"])
+            assert deletions(tmp_path) == []
+        else:
+            assert "__interrupt__" not in result
+            assert [line.split()[:2] for line in deletions(tmp_path)] == [["delete_file", "b.txt"]]

@@ -374,3 +374,33 @@ def test_ctrl_c_stops_following_quietly(cli: Cli) -> None:
     out, err = watcher.communicate(timeout=30)
     assert watcher.returncode == 130
     assert err == "" and out == ""
+
+
+def test_approvals_show_says_where_each_value_came_from(cli: Cli) -> None:
+    from tests.gate.test_dataflow import POLICY, PRINCIPAL, registry
+    from tether import Gate, SQLiteStore, ToolCall
+    from tether.errors import ApprovalRequired
+
+    with SQLiteStore(f"sqlite:///{cli.tmp}/t.db") as store:
+        gate = Gate(registry([]), POLICY, store)
+        run_id = gate.start_run(PRINCIPAL)
+        gate.record_input(run_id, "Tell dave@corp.com I read the inbox")
+        gate.call(run_id, ToolCall(call_id="c1", tool="read_inbox", arguments={"folder": "in"}))
+        steered = {"to": "eve@evil.io", "body": "hello"}
+        with pytest.raises(ApprovalRequired) as asked:
+            gate.call(run_id, ToolCall(call_id="c2", tool="send_email", arguments=steered))
+    approval_id = asked.value.approval_id
+    text = human(cli("approvals", "show", approval_id))
+    assert (
+        "provenance to = \"eve@evil.io\": untrusted ('eve@evil.io'), first seen in the output "
+        "of `read_inbox` call c1; not in the user's request"
+    ) in text
+    assert 'body = "hello": nothing to check' in text
+    assert (
+        "flow: argument 'to' ('eve@evil.io') first appeared in the output of `read_inbox`" in text
+    )
+    shown = one_json(cli("approvals", "show", approval_id, "--json"))
+    assert [(p["argument"], p["trusted"], p["call_id"]) for p in shown["provenance"]] == [
+        ("to", False, "c1"),
+        ("body", True, None),
+    ]

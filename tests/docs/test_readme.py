@@ -22,7 +22,20 @@ def test_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_readme_policy_file_loads() -> None:
     from tether import Policy
 
-    [toml] = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+    toml = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)[0]
     policy = Policy.from_toml(toml)
     assert policy.version == "policy-4"
     assert policy.approvers_for("refund") == frozenset({"finance-1"})
+
+
+def test_readme_flow_policy_loads() -> None:
+    from tether import Policy, Risk, Verdict
+
+    [toml] = [
+        b for b in re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL) if "[flow" in b
+    ]
+    policy = Policy.from_toml(toml)
+    assert policy.flow is not None
+    assert policy.flow.tiers[Risk.WRITE].trusted is Verdict.ALLOW
+    assert policy.flow.tools["get_webpage"].egress == ("url",)
+    assert [s.after for s in policy.flow.session] == ["flagged_output", "untrusted_output"]

@@ -39,7 +39,7 @@ from typing import Annotated, Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.tools.tool_node import ToolCallRequest
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.messages import ToolCall as LangChainToolCall
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
@@ -203,6 +203,19 @@ class Governor:
                 "principal it started with; use another thread id for another principal"
             )
         return state
+
+    def note_user_messages(self, run_id: str, messages: Sequence[AnyMessage]) -> None:
+        """Record the thread's human messages as the run's trusted input (once each), so a
+        data-flow policy trusts values the user gave and not values tool output gave."""
+        texts = [text for m in messages if isinstance(m, HumanMessage) for text in _texts(m)]
+        if not texts or self.gate.policy is None or self.gate.policy.flow is None:
+            return
+        with self.gate.store.read() as tx:
+            known = {body for _, body in tx.inputs(run_id)}
+        for text in texts:
+            if text not in known:
+                self.gate.record_input(run_id, text)
+                known.add(text)
 
     # -- one node's calls ---------------------------------------------------------------------
     def answer(self, run_id: str, tool_calls: Sequence[LangChainToolCall]) -> list[ToolMessage]:
@@ -376,6 +389,8 @@ class Governor:
         }
 
     def _reasons(self, run_id: str, approval: Approval) -> tuple[str, ...]:
+        if approval.reasons:  # recorded when asked (the data-flow policy's among them)
+            return approval.reasons
         tool = self.gate.registry.find(approval.tool)
         principal = self.gate.run_state(run_id).principal
         flags = screen_arguments(approval.arguments)
@@ -540,7 +555,17 @@ class GovernedToolNode:
         if message is None or not open_calls:
             return {self.messages_key: []}
         run_id = self.governor.run_for(config)
+        self.governor.note_user_messages(run_id, messages)
         return {self.messages_key: self.governor.answer(run_id, open_calls)}
+
+
+def _texts(message: HumanMessage) -> list[str]:
+    """The text of a human message (a string, or the text parts of a list of parts)."""
+    content = message.content
+    if isinstance(content, str):
+        return [content] if content else []
+    parts = [p.get("text") if isinstance(p, Mapping) else p for p in content]
+    return [p for p in parts if isinstance(p, str) and p]
 
 
 def _open_calls(
@@ -579,6 +604,7 @@ class TetherMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if message is None or not open_calls:
             return None
         run_id = self.governor.run_for(get_config())
+        self.governor.note_user_messages(run_id, state["messages"])
         return {"messages": self.governor.answer(run_id, open_calls)}
 
     def wrap_tool_call(

@@ -115,7 +115,8 @@ def approvals_show(
         approval = _get_approval(store, approval_id)
         if token is not None:
             _record_reveal(store, approval, authenticate(store, token, "approver"))
-        reasons = _reasons(store, approval)
+        # Recorded on the approval since the data-flow policy; older ones: in the audit log.
+        reasons = list(approval.reasons) or _reasons(store, approval)
     data = {**approval.public_dict(reveal=reveal), "reasons": reasons, "risk": _risk(reasons)}
     if as_json:
         echo_json(data)
@@ -205,6 +206,8 @@ def approval_lines(data: dict[str, Any], now: float | None = None) -> list[str]:
     ]
     for i, reason in enumerate(data.get("reasons") or []):
         lines.append(f"  {'reasons' if i == 0 else '':<10} {reason}")
+    for i, origin in enumerate(data.get("provenance") or []):
+        lines.append(f"  {'provenance' if i == 0 else '':<10} {provenance_line(origin)}")
     if data["decision"]:
         by = data["approver"] + (
             f" ({data['approver_credential']})" if data["approver_credential"] else ""
@@ -223,6 +226,24 @@ def approval_lines(data: dict[str, Any], now: float | None = None) -> list[str]:
             f"  tether approvals edit {aid} --arguments '{{...}}'",
         ]
     return lines
+
+
+def provenance_line(origin: dict[str, Any]) -> str:
+    """Where one argument's value came from, as ``approvals show`` prints it."""
+    value = json.dumps(origin.get("value"), ensure_ascii=False)
+    where = f"{origin['argument']} = {value}: "
+    identifier = f" ({origin['identifier']!r})" if origin.get("identifier") else ""
+    trust = origin.get("trust")
+    if trust == "untrusted" and origin.get("call_id"):
+        return (
+            f"{where}untrusted{identifier}, first seen in the output of `{origin['tool']}` "
+            f"call {origin['call_id']}; not in the user's request"
+        )
+    if trust == "unknown":
+        return f"{where}in no trusted input{identifier}: not in the user's request"
+    if trust == "untrusted":
+        return f"{where}untrusted{identifier}"
+    return where + ("trusted" + identifier if trust == "trusted" else "nothing to check")
 
 
 def _decided(store: Store, approval: Approval, as_json: bool, *, edited: str | None = None) -> None:

@@ -190,6 +190,21 @@ class Tx(abc.ABC):
     def messages(self, run_id: str) -> list[str]:
         """The run's messages as stored (JSON text), in order."""
 
+    def append_input(self, run_id: str, source: str, body: str, at: float) -> None:
+        """Record trusted input to a run (the user's request): the data-flow policy's
+        reference for where argument values may come from (``tether.provenance``)."""
+        seq = len(self.inputs(run_id))
+        if not self._insert_input(run_id, seq, source, body, at):
+            raise StoreError(f"run {run_id} already has input {seq}; record it again")
+
+    @abc.abstractmethod
+    def inputs(self, run_id: str) -> list[tuple[str, str]]:
+        """The run's recorded inputs as (source, body), in order."""
+
+    @abc.abstractmethod
+    def run_effects(self, run_id: str) -> list[Effect]:
+        """The run's effects, oldest first."""
+
     def append_step(self, run_id: str, step: StepRecord) -> None:
         if not self._insert_step(run_id, step):
             raise StoreError(f"run {run_id} already has step {step.seq}; reload the run")
@@ -390,6 +405,9 @@ class Tx(abc.ABC):
 
     @abc.abstractmethod
     def _insert_step(self, run_id: str, step: StepRecord) -> bool: ...
+
+    @abc.abstractmethod
+    def _insert_input(self, run_id: str, seq: int, source: str, body: str, at: float) -> bool: ...
 
     @abc.abstractmethod
     def _insert_effect(self, effect: Effect) -> bool: ...

@@ -38,6 +38,9 @@ class _Tables:
         self.head: AuditHead | None = None
         self.messages: dict[tuple[str, int], str] = {}
         self.steps: dict[tuple[str, int], StepRecord] = {}
+        # run id -> its inputs (source, body), replaced whole on append (the undo log keeps
+        # the tuple it replaced)
+        self.inputs: dict[str, tuple[tuple[str, str], ...]] = {}
         # (run id, call id) -> ids of its approvals, oldest first: an index, as a database has
         self.by_call: dict[tuple[str, str], tuple[str, ...]] = {}
         # (run id, call id) -> operation key, and run id -> how many effects it has
@@ -87,6 +90,20 @@ class MemoryTx(Tx):
 
     def steps(self, run_id: str) -> list[StepRecord]:
         return [step for (rid, _), step in sorted(self.t.steps.items()) if rid == run_id]
+
+    def inputs(self, run_id: str) -> list[tuple[str, str]]:
+        return list(self.t.inputs.get(run_id, ()))
+
+    def run_effects(self, run_id: str) -> list[Effect]:
+        found = [e for e in self.t.effects.values() if e.run_id == run_id]
+        return sorted(found, key=lambda e: e.created_at)  # stable: insertion order on ties
+
+    def _insert_input(self, run_id: str, seq: int, source: str, body: str, at: float) -> bool:
+        held = self.t.inputs.get(run_id, ())
+        if seq != len(held):
+            return False
+        self.t.put(self.t.inputs, run_id, (*held, (source, body)), self.undo)
+        return True
 
     def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
         if (run_id, seq) in self.t.messages:

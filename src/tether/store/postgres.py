@@ -186,6 +186,18 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX notifications_due ON notifications (delivered_at, next_attempt_at);
     """,
+    """
+    -- What a run's user (or its principal's code) told it: the trusted input the data-flow
+    -- policy compares argument values with (tether.provenance); one row per input.
+    CREATE TABLE run_inputs (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        body TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    """,
 ]
 
 # psycopg sends a script without parameters as one multi-statement query.
@@ -205,6 +217,8 @@ if _POOL_LOG.level == logging.NOTSET:
 
 
 class PostgresTx(SQLTx):
+    EFFECT_ORDER = "operation_key"  # no rowid; created_at ties are rare, and any order will do
+
     """Row locks where they matter, and one audit chain per run."""
 
     MARK = "%s"

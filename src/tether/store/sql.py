@@ -266,6 +266,7 @@ class SQLTx(Tx):
 
     MARK = "?"
     APPROVAL_ORDER = "rowid"
+    EFFECT_ORDER = "rowid"
 
     def __init__(self, conn: Any, keys: AuditKeys) -> None:
         super().__init__(keys)
@@ -394,7 +395,27 @@ class SQLTx(Tx):
         )
         return [StepRecord.from_row(r) for r in rows]
 
+    def inputs(self, run_id: str) -> list[tuple[str, str]]:
+        rows = self._all(
+            "SELECT source, body FROM run_inputs WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def run_effects(self, run_id: str) -> list[Effect]:
+        rows = self._all(
+            f"SELECT {EFFECT_COLUMNS} FROM agent_effects WHERE run_id = ? "
+            f"ORDER BY created_at, {self.EFFECT_ORDER}",
+            (run_id,),
+        )
+        return [Effect.from_row(r) for r in rows]
+
     # -- writes ------------------------------------------------------------------------------
+    def _insert_input(self, run_id: str, seq: int, source: str, body: str, at: float) -> bool:
+        return self._changed(
+            "INSERT INTO run_inputs VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (run_id, seq, source, body, at),
+        )
+
     def _insert_message(self, run_id: str, seq: int, body: str) -> bool:
         return self._changed(
             "INSERT INTO run_messages VALUES (?, ?, ?) ON CONFLICT DO NOTHING",

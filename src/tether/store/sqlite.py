@@ -174,6 +174,18 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX notifications_due ON notifications (delivered_at, next_attempt_at);
     """,
+    """
+    -- What a run's user (or its principal's code) told it: the trusted input the data-flow
+    -- policy compares argument values with (tether.provenance); one row per input.
+    CREATE TABLE run_inputs (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        body TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    """,
 ]
 
 
