@@ -15,7 +15,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tether.web.auth import Limiter, ProxyAuth, Sessions
+from tether.web.auth import Limiter, ProxyAuth, Sessions, limiter_key
+from tether.web.hosts import LOCAL_NAMES
 from tether.web.service import Inbox, WebError
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # Not "no-referrer": under it a browser sends "Origin: null" with the inbox's own form
+    # posts, and the origin check (``hosts``) could not tell them from a forged one.
+    (b"referrer-policy", b"same-origin"),
 ]
 MAX_REASON = 2000
 
@@ -40,6 +43,8 @@ class WebConfig:
     store: Store
     app_ref: str | None = None
     proxy: ProxyAuth | None = None
+    # The Host names the inbox answers to ("*": any; see ``hosts``).
+    allowed_hosts: tuple[str, ...] = LOCAL_NAMES
     secure_cookies: bool = False  # also set when the request came over https
     session_ttl_s: float = 8 * 3600.0
     session_idle_s: float = 1800.0
@@ -47,6 +52,7 @@ class WebConfig:
     signin_limit: int = 5
     signin_window_s: float = 60.0
     live_poll_s: float = 1.0
+    verify_max_age_s: float = 60.0  # re-verify the audit log at least this often
     clock: Callable[[], float] = time.time
 
 
@@ -62,7 +68,9 @@ class Site:
 
     def __post_init__(self) -> None:
         c = self.config
-        self.inbox = Inbox(c.store, app_ref=c.app_ref, clock=c.clock)
+        self.inbox = Inbox(
+            c.store, app_ref=c.app_ref, clock=c.clock, verify_max_age_s=c.verify_max_age_s
+        )
         self.sessions = Sessions(
             ttl_s=c.session_ttl_s,
             idle_s=c.session_idle_s,
@@ -77,8 +85,19 @@ class Site:
         return self.config.store
 
 
-def client_of(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+def peer_of(request: Request) -> str | None:
+    """The address at the other end of the connection (a proxy's, if there is one)."""
+    return request.client.host if request.client else None
+
+
+def client_key(site: Site, request: Request) -> str:
+    """Whom failed sign-ins are counted against: the client, as far as a trusted proxy
+    says (``ProxyAuth.client_address``), else the peer."""
+    peer = peer_of(request)
+    proxy = site.config.proxy
+    if proxy is not None:
+        peer = proxy.client_address(peer, request.headers.get("x-forwarded-for"))
+    return limiter_key(peer or "unknown")
 
 
 def error_json(e: WebError) -> JSONResponse:
