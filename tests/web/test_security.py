@@ -168,6 +168,18 @@ def test_signing_out_needs_the_csrf_token(store: SQLiteStore) -> None:
         assert "Waiting for you" in client.get("/").text
 
 
+def test_a_non_ascii_csrf_token_is_refused_not_a_server_error(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    aid = propose(store)
+    with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
+        client.get("/")
+        assert client.post("/signin", data={"token": token, "csrf": "é"}).status_code == 403
+        sign_in(client, token)
+        r = client.post(f"/approvals/{aid}/approve", data={"csrf": "jeton-é"})
+        assert r.status_code == 403
+    assert status(store, aid) == "pending"
+
+
 def test_signing_in_always_goes_home(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:

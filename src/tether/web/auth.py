@@ -122,7 +122,10 @@ class Sessions:
 
 
 def csrf_ok(session: Session, presented: str | None) -> bool:
-    return bool(presented) and hmac.compare_digest(session.csrf, str(presented))
+    # As bytes: compare_digest raises on a str holding non-ASCII, and the form is anyone's.
+    return bool(presented) and hmac.compare_digest(
+        session.csrf.encode(), str(presented).encode("utf-8", "surrogatepass")
+    )
 
 
 def identity_for(store: Store, credential_id: str, via: str) -> Identity | None:
