@@ -128,6 +128,19 @@ def test_the_referrer_policy_lets_the_browser_send_its_origin(store: SQLiteStore
         assert client.get("/").headers["referrer-policy"] == "same-origin"
 
 
+def test_no_other_site_may_load_a_response_and_the_api_is_not_cached(
+    store: SQLiteStore,
+) -> None:
+    token = approver(store, "alice", "acme")
+    with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
+        api = client.get("/api/approvals", headers={"Authorization": f"Bearer {token}"})
+        assert api.status_code == 200 and api.headers["cache-control"] == "no-store"
+        assert client.get("/api/approvals").headers["cache-control"] == "no-store"  # 401 too
+        for r in (api, client.get("/"), client.get("/static/inbox.js")):
+            assert r.headers["cross-origin-resource-policy"] == "same-origin"
+            assert r.headers["cross-origin-opener-policy"] == "same-origin"
+
+
 # -- the session cookie ---------------------------------------------------------------------
 def cookie_header(response: Any) -> str:
     (header,) = [v for k, v in response.headers.multi_items() if k == "set-cookie"]

@@ -189,6 +189,8 @@ def test_serve_believes_forwarded_headers_only_from_its_trusted_proxy(tmp_path: 
         server.terminate()
         server.wait(timeout=20)
         log.close()
+    said = (tmp_path / "serve.log").read_text()
+    assert "answering to Host: localhost, 127.0.0.1, ::1, inbox.test" in said
 
 
 def test_a_proxy_header_needs_a_trusted_proxy(tmp_path: Path) -> None:

@@ -169,10 +169,12 @@ def serve(
     for thread, _ in background:
         thread.start()
     click.echo(
-        f"tether inbox on http://{host}:{port}/ (API: /api/openapi.json); "
+        f"tether inbox on http://{shown_host}:{port}/ (API: /api/openapi.json); "
         f"{len(hooks)} webhook(s){'; resuming runs' if resume_runs else ''}",
         err=True,
     )
+    # Bound to every address, it is reached by names it does not know yet: say which it takes.
+    click.echo(f"answering to Host: {', '.join(hosts)} (more: --allowed-host NAME)", err=True)
     try:
         uvicorn.run(
             app,

@@ -34,6 +34,10 @@ SECURITY_HEADERS = [
     # Not "no-referrer": under it a browser sends "Origin: null" with the inbox's own form
     # posts, and the origin check (``hosts``) could not tell them from a forged one.
     (b"referrer-policy", b"same-origin"),
+    # No other site may load a response (not even as an image or a script) or hold a
+    # window handle on the inbox.
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
 ]
 MAX_REASON = 2000
 
@@ -118,9 +122,15 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        api = str(scope.get("path", "")).startswith("/api/")
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+                headers = list(message.get("headers", [])) + SECURITY_HEADERS
+                if api and not any(k.lower() == b"cache-control" for k, _ in headers):
+                    # Approvals are per-credential and change by the second: kept nowhere.
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
