@@ -121,6 +121,24 @@ def test_a_form_post_from_another_origin_is_refused(store: SQLiteStore) -> None:
     assert status(store, aid) == "approved"
 
 
+def test_behind_a_proxy_that_rewrites_host_the_public_origin_may_post(
+    store: SQLiteStore,
+) -> None:
+    token = approver(store, "alice", "acme")
+    aid = propose(store)
+    # The proxy sends Host: 127.0.0.1:8700; the browser's Origin is the public address.
+    config = WebConfig(store, base_url="https://Approvals.Corp:443/")
+    with TestClient(create_app(config), base_url="http://127.0.0.1:8700") as client:
+        form = sign_in(client, token)
+        url = f"/approvals/{aid}/approve"
+        for other in ("https://approvals.corp:8443", "http://approvals.corp", "https://evil.corp"):
+            assert (
+                client.post(url, data={"csrf": form}, headers={"Origin": other}).status_code == 403
+            )
+        r = client.post(url, data={"csrf": form}, headers={"Origin": "https://approvals.corp"})
+        assert r.status_code == 200 and "Approved." in r.text
+
+
 def test_the_referrer_policy_lets_the_browser_send_its_origin(store: SQLiteStore) -> None:
     # Under "no-referrer" a browser sends "Origin: null" with the inbox's own form posts,
     # which the origin check must refuse; "same-origin" still sends no Referer elsewhere.

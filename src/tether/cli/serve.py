@@ -163,6 +163,7 @@ def serve(
         app_ref=app_ref,
         proxy=proxy,
         allowed_hosts=hosts,
+        base_url=base_url,
         secure_cookies=secure_cookies,
     )
     app = create_app(config)

@@ -71,6 +71,7 @@ def create_app(config: WebConfig) -> FastAPI:
     api.add_exception_handler(WebError, on_web_error)
     api.add_exception_handler(RequestValidationError, on_invalid)
     api.add_exception_handler(StarletteHTTPException, on_http)
-    api.add_middleware(HostGuard, hosts=config.allowed_hosts)
+    origins = [config.base_url] if config.base_url else []
+    api.add_middleware(HostGuard, hosts=config.allowed_hosts, origins=origins)
     api.add_middleware(SecurityHeaders)  # added last, so outermost: on HostGuard's refusals too
     return api

@@ -49,6 +49,9 @@ class WebConfig:
     proxy: ProxyAuth | None = None
     # The Host names the inbox answers to ("*": any; see ``hosts``).
     allowed_hosts: tuple[str, ...] = LOCAL_NAMES
+    # The inbox's public address (--base-url): its origin may post forms, whatever Host a
+    # reverse proxy passes on.
+    base_url: str | None = None
     secure_cookies: bool = False  # also set when the request came over https
     session_ttl_s: float = 8 * 3600.0
     session_idle_s: float = 1800.0

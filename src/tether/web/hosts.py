@@ -61,13 +61,31 @@ def allowed_hosts(bound: str, base_url: str | None, extra: Iterable[str]) -> tup
     return tuple(dict.fromkeys(names))
 
 
-class HostGuard:
-    """Refuses requests for other hosts, and cross-origin form posts (see the module)."""
+def origin_of(url: str) -> str | None:
+    """``scheme://host[:port]`` of ``url`` as a browser sends it in ``Origin`` (lower-case,
+    no default port), or None if it has none."""
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{host}" + (f":{port}" if port and port != default else "")
 
-    def __init__(self, app: ASGIApp, hosts: Iterable[str]) -> None:
+
+class HostGuard:
+    """Refuses requests for other hosts, and cross-origin form posts (see the module).
+    ``origins`` are accepted besides the request's own Host: the public ``--base-url``,
+    for a reverse proxy that does not pass the browser's Host on."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str], origins: Iterable[str] = ()) -> None:
         self.app = app
         self.hosts = frozenset(h.lower() for h in hosts)
         self.any_host = "*" in self.hosts
+        self.origins = frozenset(o for o in map(origin_of, origins) if o)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan; the inbox has no websockets
@@ -88,15 +106,16 @@ class HostGuard:
         if (
             scope.get("method", "GET") not in SAFE_METHODS
             and not path.startswith("/api/")
-            and not same_origin(headers, host)
+            and not same_origin(headers, host, self.origins)
         ):
             await refuse(send, 403, "A form post from another site is refused.")
             return
         await self.app(scope, receive, send)
 
 
-def same_origin(headers: dict[str, str], host: str) -> bool:
-    """Whether what the browser says about a request's origin (if anything) is this host."""
+def same_origin(headers: dict[str, str], host: str, origins: frozenset[str] = frozenset()) -> bool:
+    """Whether what the browser says about a request's origin (if anything) is this host
+    (or one of ``origins``)."""
     site = headers.get("sec-fetch-site")
     if site is not None and site != "same-origin":
         return False
@@ -104,7 +123,9 @@ def same_origin(headers: dict[str, str], host: str) -> bool:
     if origin is None:
         return True  # not a browser, or an old one: the CSRF token decides
     parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.strip().lower()
+    if parts.scheme not in ("http", "https"):
+        return False  # "null" among others
+    return parts.netloc.lower() == host.strip().lower() or origin_of(origin) in origins
 
 
 async def refuse(send: Send, status: int, message: str) -> None:
