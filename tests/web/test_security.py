@@ -260,6 +260,15 @@ def test_the_sign_in_limiter_counts_the_client_behind_the_proxy(store: SQLiteSto
         assert codes(via_proxy, "203.0.113.5", 3) == [401, 401, 429]
         # Another person behind the same proxy is not locked out by the first one.
         assert codes(via_proxy, "203.0.113.6", 1) == [401]
+        # The client's own line first, the proxy's after it: the proxy's is the one counted.
+        for n in range(3):
+            headers = [
+                *wrong.items(),
+                ("X-Forwarded-For", f"198.51.100.{n}"),
+                ("X-Forwarded-For", "203.0.113.7"),
+            ]
+            last = via_proxy.get("/api/approvals", headers=headers).status_code
+        assert last == 429
     # Not from the proxy, the header is the client's own text: rotating it does not help.
     with TestClient(app, base_url=LOCAL, client=("192.0.2.9", 5000)) as direct:
         assert [codes(direct, f"198.51.100.{n}", 1)[0] for n in range(3)] == [401, 401, 429]

@@ -103,7 +103,10 @@ def client_key(site: Site, request: Request) -> str:
     peer = peer_of(request)
     proxy = site.config.proxy
     if proxy is not None:
-        peer = proxy.client_address(peer, request.headers.get("x-forwarded-for"))
+        # Every X-Forwarded-For line, in order: a proxy may add its own line after the
+        # client's instead of appending to it.
+        forwarded = ", ".join(request.headers.getlist("x-forwarded-for")) or None
+        peer = proxy.client_address(peer, forwarded)
     return limiter_key(peer or "unknown")
 
 
