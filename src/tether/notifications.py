@@ -108,7 +108,8 @@ def check_url(url: str, what: str, *, https_only: bool = False) -> None:
     when ``https_only`` (a Slack URL is a credential), except on this machine."""
     from urllib.parse import urlsplit
 
-    shown = url if what != "webhook" or not https_only else "(a Slack URL, not shown)"
+    # A webhook URL may carry its receiver's secret (Slack's always does): never repeated.
+    shown = url if what != "webhook" else "(not shown: it may hold a secret)"
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
         raise ConfigurationError(f"{what} URL {shown!r} holds spaces or control characters")
     try:
@@ -161,10 +162,9 @@ def verify_signature(
     is refused. Compares in constant time (``hmac.compare_digest``): a receiver writing its
     own check must too, or the time the comparison takes leaks the signature byte by byte.
     Deduplicate on the notification id as well: a retry is a new, validly signed delivery."""
-    try:
-        at = float(timestamp)
-    except ValueError:
-        return False
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        return False  # tether sends whole seconds; "nan" would pass any age comparison
+    at = float(timestamp)
     if abs((time.time() if now is None else now) - at) > tolerance_s:
         return False
     return hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode())

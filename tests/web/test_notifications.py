@@ -201,7 +201,9 @@ def test_a_signature_is_checked_in_time_and_in_full() -> None:
     assert verify_signature(SECRET, timestamp, body, good, now=now + 600, tolerance_s=900)
     assert not verify_signature(SECRET, f"{now + 1:.0f}", body, good, now=now)  # moved
     assert not verify_signature(SECRET, timestamp, body + b" ", good, now=now)
-    assert not verify_signature(SECRET, "soon", body, good, now=now)
+    for garbled in ("soon", "nan", "-1", "1.8e9", " 1800000000", ""):
+        forged = sign(SECRET, garbled, body)  # even signed with the secret: not a timestamp
+        assert not verify_signature(SECRET, garbled, body, forged, now=now)
     assert not verify_signature(SECRET, timestamp, body, good[:-1] + "é", now=now)
 
 
@@ -301,7 +303,10 @@ def test_a_webhook_must_say_where_and_a_generic_one_needs_its_secret() -> None:
     # A Slack URL is a credential: https, and never repeated in an error.
     with pytest.raises(ConfigurationError, match="https://") as refused:
         Webhook("http://hooks.slack.com/services/T0/B0/secret", "slack")
-    assert "secret" not in str(refused.value)
+    assert "secret" not in str(refused.value).replace("may hold a secret", "")
+    with pytest.raises(ConfigurationError) as refused:
+        Webhook("https://hooks.example/x?token=s3cr3t value", "json", SECRET)
+    assert "s3cr3t" not in str(refused.value)
     Webhook("http://127.0.0.1:9/hook", "slack")  # a receiver on this machine may be http
     for bad in ("https://inbox.example/?x=1", "https://inbox.example/#f", "https://i.example|x"):
         with pytest.raises(ConfigurationError, match="base-url"):
