@@ -159,6 +159,24 @@ def test_no_other_site_may_load_a_response_and_the_api_is_not_cached(
             assert r.headers["cross-origin-opener-policy"] == "same-origin"
 
 
+def test_a_body_too_large_is_refused_before_it_is_read(store: SQLiteStore) -> None:
+    aid = propose(store)
+    with TestClient(create_app(WebConfig(store, max_body_bytes=1000)), base_url=LOCAL) as client:
+        big = client.post(f"/api/approvals/{aid}/deny", json={"reason": "x" * 2000})
+        assert big.status_code == 413 and "1000 bytes" in big.text
+        assert client.post("/signin", data={"token": "y" * 2000}).status_code == 413
+
+        def chunks() -> Iterator[bytes]:
+            yield b'{"reason": "'
+            yield b'x"}'
+
+        r = client.post(f"/api/approvals/{aid}/deny", content=chunks())
+        assert r.status_code == 411
+        small = client.post(f"/api/approvals/{aid}/deny", json={"reason": "no"})
+        assert small.status_code == 401  # under the limit: on to the credential
+    assert status(store, aid) == "pending"
+
+
 # -- the session cookie ---------------------------------------------------------------------
 def cookie_header(response: Any) -> str:
     (header,) = [v for k, v in response.headers.multi_items() if k == "set-cookie"]

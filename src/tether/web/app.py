@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.web.api import add_api
-from tether.web.context import HERE, SecurityHeaders, Site, WebConfig, error_json
+from tether.web.context import HERE, BodyLimit, SecurityHeaders, Site, WebConfig, error_json
 from tether.web.hosts import HostGuard
 from tether.web.pages import add_pages
 from tether.web.service import WebError
@@ -72,6 +72,7 @@ def create_app(config: WebConfig) -> FastAPI:
     api.add_exception_handler(RequestValidationError, on_invalid)
     api.add_exception_handler(StarletteHTTPException, on_http)
     origins = [config.base_url] if config.base_url else []
+    api.add_middleware(BodyLimit, limit=config.max_body_bytes)
     api.add_middleware(HostGuard, hosts=config.allowed_hosts, origins=origins)
     api.add_middleware(SecurityHeaders)  # added last, so outermost: on HostGuard's refusals too
     return api

@@ -60,6 +60,7 @@ class WebConfig:
     signin_window_s: float = 60.0
     live_poll_s: float = 1.0
     verify_max_age_s: float = 60.0  # re-verify the audit log at least this often
+    max_body_bytes: int = 1024 * 1024
     clock: Callable[[], float] = time.time
 
 
@@ -140,6 +141,32 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class BodyLimit:
+    """Refuses a request body larger than ``limit`` bytes before anything reads it (the
+    API reads its JSON before it looks at the credential, and uvicorn sets no limit): 413
+    for a declared length too large, 411 for a body of undeclared length."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            length = headers.get(b"content-length")
+            refusal = None
+            if length is not None:
+                if not length.isdigit() or int(length) > self.limit:
+                    refusal = (413, f"A request body may hold at most {self.limit} bytes.")
+            elif b"transfer-encoding" in headers:
+                refusal = (411, "Send the body with a Content-Length.")
+            if refusal is not None:
+                from tether.web.hosts import refuse
+
+                await refuse(send, *refusal)
+                return
+        await self.app(scope, receive, send)
 
 
 def when(value: Any) -> str:
