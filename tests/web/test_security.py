@@ -58,11 +58,9 @@ def test_a_request_for_another_host_is_refused(store: SQLiteStore) -> None:
             assert ok.get("/").status_code == 200, base
     # A page on evil.example re-pointed at 127.0.0.1: its requests still name evil.example.
     with TestClient(app, base_url="http://evil.example:8700") as rebound:
-        for r in (
-            rebound.get("/"),
-            rebound.get("/api/approvals", headers={"Authorization": f"Bearer {token}"}),
-            rebound.get("/events"),
-        ):
+        api = rebound.get("/api/approvals", headers={"Authorization": f"Bearer {token}"})
+        assert api.json()["code"] == "host_not_allowed"
+        for r in (rebound.get("/"), api, rebound.get("/events")):
             assert r.status_code == 400
             assert "--allowed-host" in r.text and "evil.example" not in r.text
             assert "default-src 'none'" in r.headers["content-security-policy"]
@@ -163,7 +161,8 @@ def test_a_body_too_large_is_refused_before_it_is_read(store: SQLiteStore) -> No
     aid = propose(store)
     with TestClient(create_app(WebConfig(store, max_body_bytes=1000)), base_url=LOCAL) as client:
         big = client.post(f"/api/approvals/{aid}/deny", json={"reason": "x" * 2000})
-        assert big.status_code == 413 and "1000 bytes" in big.text
+        assert big.status_code == 413 and big.json()["code"] == "body_too_large"
+        assert "1000 bytes" in big.json()["message"]
         assert client.post("/signin", data={"token": "y" * 2000}).status_code == 413
 
         def chunks() -> Iterator[bytes]:

@@ -158,13 +158,14 @@ class BodyLimit:
             refusal = None
             if length is not None:
                 if not length.isdigit() or int(length) > self.limit:
-                    refusal = (413, f"A request body may hold at most {self.limit} bytes.")
+                    message = f"A request body may hold at most {self.limit} bytes."
+                    refusal = (413, "body_too_large", message)
             elif b"transfer-encoding" in headers:
-                refusal = (411, "Send the body with a Content-Length.")
+                refusal = (411, "length_required", "Send the body with a Content-Length.")
             if refusal is not None:
                 from tether.web.hosts import refuse
 
-                await refuse(send, *refusal)
+                await refuse(scope, send, *refusal)
                 return
         await self.app(scope, receive, send)
 

@@ -96,8 +96,10 @@ class HostGuard:
         if not self.any_host and host_name(host) not in self.hosts:
             # The Host is the attacker's text: it is not echoed.
             await refuse(
+                scope,
                 send,
                 400,
+                "host_not_allowed",
                 "This inbox does not answer to that host name. If it is the inbox's real "
                 "address, start tether serve with --allowed-host NAME.",
             )
@@ -108,7 +110,9 @@ class HostGuard:
             and not path.startswith("/api/")
             and not same_origin(headers, host, self.origins)
         ):
-            await refuse(send, 403, "A form post from another site is refused.")
+            await refuse(
+                scope, send, 403, "cross_origin", "A form post from another site is refused."
+            )
             return
         await self.app(scope, receive, send)
 
@@ -128,14 +132,21 @@ def same_origin(headers: dict[str, str], host: str, origins: frozenset[str] = fr
     return parts.netloc.lower() == host.strip().lower() or origin_of(origin) in origins
 
 
-async def refuse(send: Send, status: int, message: str) -> None:
-    body = message.encode()
+async def refuse(scope: Scope, send: Send, status: int, code: str, message: str) -> None:
+    """Answer before any route runs: the API's JSON error shape under ``/api/``, else text."""
+    import json
+
+    if str(scope.get("path", "")).startswith("/api/"):
+        body = json.dumps({"code": code, "message": message}).encode()
+        kind = b"application/json"
+    else:
+        body, kind = message.encode(), b"text/plain; charset=utf-8"
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-type", kind),
                 (b"content-length", str(len(body)).encode()),
                 (b"cache-control", b"no-store"),
             ],
