@@ -10,10 +10,18 @@ sender that dies after the POST but before recording it), so every delivery carr
 notification's id for the receiver to deduplicate on.
 
 Generic webhooks get JSON signed with HMAC-SHA256 over ``<timestamp>.<body>`` (header
-``X-Tether-Signature: sha256=<hex>``, ``X-Tether-Timestamp``); Slack incoming webhooks get
-Slack's ``{"text": ...}`` message (Slack signs nothing on that path; the URL is the secret).
+``X-Tether-Signature: sha256=<hex>``, ``X-Tether-Timestamp``); a receiver checks both with
+``verify_signature`` (a constant-time comparison, and a timestamp no older than five minutes,
+so a captured delivery cannot be replayed later). Slack incoming webhooks get Slack's
+``{"text": ...}`` message (Slack signs nothing on that path; the URL is the secret).
+
 A notification holds no arguments: they are attacker-controlled and may be sensitive, and
-the approval page shows them to whoever signs in.
+the approval page shows them to whoever signs in. The generic body does carry the approval's
+``resource`` label, which is made from an ``*_id`` argument: receivers treat it as untrusted
+text. The Slack message carries nothing made from arguments at all: a chat message is read by
+people, and a label such as ``<https://evil.example|approve here>`` or a bare link would be a
+phishing line in a trusted channel. Its few fields (tool, tenant, requester: set by the
+operator's code, not by the model) are shown as code, which Slack neither formats nor links.
 """
 
 from __future__ import annotations
@@ -73,12 +81,16 @@ class Webhook:
     secret: bytes | None = None
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ConfigurationError(f"webhook {self.url!r} must be an http:// or https:// URL")
+        check_url(self.url, "webhook", https_only=self.format == "slack")
         if self.format == "json" and not self.secret:
             raise ConfigurationError(
                 "a generic webhook needs a signing secret: set $TETHER_WEBHOOK_SECRET "
                 "(receivers check X-Tether-Signature with it)"
+            )
+        if self.format == "json" and self.secret is not None and len(self.secret) < 16:
+            raise ConfigurationError(
+                "$TETHER_WEBHOOK_SECRET is too short to sign with: use at least 16 bytes "
+                "(e.g. `openssl rand -hex 32`)"
             )
 
     @property
@@ -88,22 +100,86 @@ class Webhook:
         return hashlib.sha256(f"{self.format} {self.url}".encode()).hexdigest()[:16]
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def check_url(url: str, what: str, *, https_only: bool = False) -> None:
+    """An absolute http(s) URL with a host and nothing that does not belong in one; https
+    when ``https_only`` (a Slack URL is a credential), except on this machine."""
+    from urllib.parse import urlsplit
+
+    # A webhook URL may carry its receiver's secret (Slack's always does): never repeated.
+    shown = url if what != "webhook" else "(not shown: it may hold a secret)"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ConfigurationError(f"{what} URL {shown!r} holds spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as e:
+        raise ConfigurationError(f"{what} URL {shown!r} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(
+            f"{what} URL {shown!r} must be an absolute http:// or https:// URL with a host"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError(
+            f"{what} URL {shown!r} must not hold a user name or password; sign with "
+            "$TETHER_WEBHOOK_SECRET instead"
+        )
+    if https_only and parts.scheme != "https" and parts.hostname not in LOOPBACK_NAMES:
+        raise ConfigurationError(f"{what} URL {shown!r} must be https://")
+
+
+def check_base_url(base_url: str) -> None:
+    """The inbox's public address, put in every notification's link."""
+    from urllib.parse import urlsplit
+
+    check_url(base_url, "--base-url")
+    parts = urlsplit(base_url)
+    if parts.query or parts.fragment or any(c in base_url for c in '<>|"\\'):
+        raise ConfigurationError(
+            f"--base-url {base_url!r} must be the inbox's address alone, e.g. "
+            'https://inbox.example (no query, fragment or <>|" characters)'
+        )
+
+
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     mac = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
     return f"sha256={mac}"
 
 
-def verify_signature(secret: bytes, timestamp: str, body: bytes, signature: str) -> bool:
-    """What a receiver checks: the body is the one tether signed at ``timestamp``."""
-    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+def verify_signature(
+    secret: bytes,
+    timestamp: str,
+    body: bytes,
+    signature: str,
+    *,
+    tolerance_s: float = 300.0,
+    now: float | None = None,
+) -> bool:
+    """What a receiver checks: the body is the one tether signed at ``timestamp``, and that
+    was at most ``tolerance_s`` ago (or ahead, for clock skew), so an old delivery replayed
+    is refused. Compares in constant time (``hmac.compare_digest``): a receiver writing its
+    own check must too, or the time the comparison takes leaks the signature byte by byte.
+    Deduplicate on the notification id as well: a retry is a new, validly signed delivery."""
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        return False  # tether sends whole seconds; "nan" would pass any age comparison
+    at = float(timestamp)
+    if abs((time.time() if now is None else now) - at) > tolerance_s:
+        return False
+    return hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode())
 
 
 def approval_link(base_url: str | None, approval_id: str) -> str | None:
     return None if not base_url else f"{base_url.rstrip('/')}/approvals/{approval_id}"
 
 
-def _slack_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _slack_code(text: object) -> str:
+    """``text`` as Slack inline code: not formatted, not linked. A backtick would end the
+    code span, and <, >, & are Slack's control characters: gone or escaped."""
+    clean = str(text).replace("`", "'").replace("\n", " ")
+    clean = clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f"`{clean[:100]}`"
 
 
 def render(
@@ -114,15 +190,16 @@ def render(
     link = approval_link(base_url, about["approval_id"])
     headers = {"Content-Type": "application/json", ID_HEADER: notification.notification_id}
     if webhook.format == "slack":
-        e = _slack_escape
+        c = _slack_code
+        # No resource: it is made from the call's arguments (see the module's docstring).
         text = (
-            f"Approval needed: {e(about['tool'])} on {e(about['resource'])} "
-            f"(tenant {e(about['tenant'])}, requested by {e(about['requested_by'])})"
+            f"Approval needed: {c(about['tool'])} in tenant {c(about['tenant'])}, "
+            f"requested by {c(about['requested_by'])}."
         )
         if link:
-            text += f" <{link}|Review it>"
-        body = json.dumps({"text": text}).encode()
-        return body, headers
+            text += f" <{link}|Review it in the inbox>"
+        message = {"text": text, "unfurl_links": False, "unfurl_media": False}
+        return json.dumps(message).encode(), headers
     body = canonical_json(
         {
             "id": notification.notification_id,
@@ -144,9 +221,16 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> No
     import urllib.error
     import urllib.request
 
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        # A redirect is a failed attempt: followed, it would turn the POST into a GET (whose
+        # 200 would count as delivered) or send the notification somewhere not configured.
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    opener = urllib.request.build_opener(NoRedirects)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with opener.open(request, timeout=timeout_s) as response:
             status = response.status
     except urllib.error.HTTPError as e:
         raise OSError(f"HTTP {e.code}") from None

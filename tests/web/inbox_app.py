@@ -14,6 +14,7 @@ from tether import App, Gate, Policy, Principal, Registry, Risk, ScriptedModel, 
 from tether.errors import ApprovalRequired
 from tether.identity import add_identity
 
+LOCAL = "http://localhost"  # a test client's base URL: a Host the inbox answers by default
 registry = Registry()
 
 

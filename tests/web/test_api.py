@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.web.inbox_app import approver, propose
+from tests.web.inbox_app import LOCAL, approver, propose
 from tether import SQLiteStore
 from tether.web.app import WebConfig, create_app
 from tether.web.context import CSP
@@ -25,7 +25,9 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
 
 @pytest.fixture
 def client(store: SQLiteStore) -> Iterator[TestClient]:
-    with TestClient(create_app(WebConfig(store, app_ref="tests.web.inbox_app:app"))) as c:
+    with TestClient(
+        base_url=LOCAL, app=create_app(WebConfig(store, app_ref="tests.web.inbox_app:app"))
+    ) as c:
         yield c
 
 

@@ -160,16 +160,81 @@ def test_slack_gets_its_own_format_with_the_link(tmp_path: Path) -> None:
     receiver = Receiver()
     store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
     try:
-        aid = propose(store, case_id="<b>&")
+        # The resource label is made from an argument: attacker text, here a phishing line.
+        phish = "<https://evil.example/login|Approve here> *URGENT* <!channel> evil.example"
+        aid = propose(store, case_id=phish)
+        with store.read() as tx:
+            approval = tx.get_approval(aid)
+        assert approval is not None and "evil.example" in approval.resource
         Sender(store, [Webhook(receiver.url, "slack")], base_url="https://i.example").send_due()
         ((headers, body, _),) = receiver.requests
-        text = json.loads(body)["text"]
-        assert f"<https://i.example/approvals/{aid}|Review it>" in text
-        assert "case:&lt;b&gt;&amp;" in text  # Slack's escaping: no injected markup
+        message = json.loads(body)
+        text = message["text"]
+        assert text.endswith(f" <https://i.example/approvals/{aid}|Review it in the inbox>")
+        assert "`refund`" in text and "`acme`" in text and "`agent-7`" in text
+        for injected in ("evil", "URGENT", "channel", "Approve here"):
+            assert injected not in text
+        assert (message["unfurl_links"], message["unfurl_media"]) == (False, False)
         assert headers[ID_HEADER.lower()] == f"ntf-{aid}"
     finally:
         store.close()
         receiver.close()
+
+
+def test_slack_fields_cannot_leave_their_code_span() -> None:
+    from tether.notifications import _slack_code
+
+    assert _slack_code("a`<b|c>`&\n*x*") == "`a'&lt;b|c&gt;'&amp; *x*`"
+    assert len(_slack_code("x" * 500)) == 102
+
+
+def test_a_signature_is_checked_in_time_and_in_full() -> None:
+    from tether.notifications import sign
+
+    body, now = b'{"id":"ntf-1"}', 1_800_000_000.0
+    timestamp = f"{now:.0f}"
+    good = sign(SECRET, timestamp, body)
+    assert verify_signature(SECRET, timestamp, body, good, now=now + 299)
+    assert verify_signature(SECRET, timestamp, body, good, now=now - 60)  # a fast clock
+    # Replayed ten minutes later: refused, though the signature is genuine.
+    assert not verify_signature(SECRET, timestamp, body, good, now=now + 600)
+    assert verify_signature(SECRET, timestamp, body, good, now=now + 600, tolerance_s=900)
+    assert not verify_signature(SECRET, f"{now + 1:.0f}", body, good, now=now)  # moved
+    assert not verify_signature(SECRET, timestamp, body + b" ", good, now=now)
+    for garbled in ("soon", "nan", "-1", "1.8e9", " 1800000000", ""):
+        forged = sign(SECRET, garbled, body)  # even signed with the secret: not a timestamp
+        assert not verify_signature(SECRET, garbled, body, forged, now=now)
+    assert not verify_signature(SECRET, timestamp, body, good[:-1] + "é", now=now)
+
+
+def test_a_redirect_is_a_failed_attempt(tmp_path: Path) -> None:
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", "/elsewhere")
+            self.end_headers()
+
+        def do_GET(self) -> None:  # followed, the POST would become this GET's 200
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    store = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
+    try:
+        propose(store)
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        assert Sender(store, [Webhook(url, "json", SECRET)], timeout_s=2).send_due() == 0
+        (row,) = store.list_notifications()
+        assert row.delivered_at is None
+        assert "HTTP 302" in json.loads(row.record_json)["last_error"]
+    finally:
+        store.close()
+        server.shutdown()
+        server.server_close()
 
 
 def test_tether_notify_delivers_the_outbox(tmp_path: Path) -> None:
@@ -219,11 +284,34 @@ def test_tether_notify_delivers_the_outbox(tmp_path: Path) -> None:
 
 def test_a_webhook_must_say_where_and_a_generic_one_needs_its_secret() -> None:
     from tether.errors import ConfigurationError
+    from tether.notifications import check_base_url
 
     with pytest.raises(ConfigurationError, match="TETHER_WEBHOOK_SECRET"):
         Webhook("https://hooks.example/x", "json", None)
-    with pytest.raises(ConfigurationError, match="http"):
-        Webhook("file:///etc/passwd", "slack")
+    with pytest.raises(ConfigurationError, match="at least 16 bytes"):
+        Webhook("https://hooks.example/x", "json", b"short")
+    for url, problem in (
+        ("file:///etc/passwd", "http"),
+        ("https:///no-host", "with a host"),
+        ("https://hooks.example/a b", "spaces"),
+        ("https://hooks.example/\r\nX-Injected: 1", "control"),
+        ("https://user:pw@hooks.example/x", "user name or password"),
+        ("https://hooks.example:port/x", "not a URL"),
+    ):
+        with pytest.raises(ConfigurationError, match=problem):
+            Webhook(url, "json", SECRET)
+    # A Slack URL is a credential: https, and never repeated in an error.
+    with pytest.raises(ConfigurationError, match="https://") as refused:
+        Webhook("http://hooks.slack.com/services/T0/B0/secret", "slack")
+    assert "secret" not in str(refused.value).replace("may hold a secret", "")
+    with pytest.raises(ConfigurationError) as refused:
+        Webhook("https://hooks.example/x?token=s3cr3t value", "json", SECRET)
+    assert "s3cr3t" not in str(refused.value)
+    Webhook("http://127.0.0.1:9/hook", "slack")  # a receiver on this machine may be http
+    for bad in ("https://inbox.example/?x=1", "https://inbox.example/#f", "https://i.example|x"):
+        with pytest.raises(ConfigurationError, match="base-url"):
+            check_base_url(bad)
+    check_base_url("https://inbox.example/")
 
 
 def test_a_receiver_that_is_down_loses_nothing(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.web.inbox_app import approver, propose, registry
+from tests.web.inbox_app import LOCAL, approver, propose, registry
 from tether import SQLiteStore
 from tether.identity import revoke_identity
 from tether.web.app import WebConfig, create_app
@@ -47,7 +47,7 @@ def signed_in(client: TestClient, token: str) -> str:
 
 def test_signing_in_needs_the_forms_csrf_token(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
-    with TestClient(create_app(WebConfig(store))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store))) as client:
         client.get("/")
         r = client.post("/signin", data={"token": token})
         assert r.status_code == 403
@@ -57,7 +57,7 @@ def test_signing_in_needs_the_forms_csrf_token(store: SQLiteStore) -> None:
 
 def test_a_revoked_credential_ends_its_session(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
-    with TestClient(create_app(WebConfig(store))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store))) as client:
         signed_in(client, token)
         revoke_identity(store, "alice", "approver", now=time.time())
         assert "Sign in to approve" in client.get("/").text
@@ -65,7 +65,7 @@ def test_a_revoked_credential_ends_its_session(store: SQLiteStore) -> None:
 
 def test_signing_out_ends_the_session(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
-    with TestClient(create_app(WebConfig(store))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store))) as client:
         form = signed_in(client, token)
         old = client.cookies[COOKIE]
         client.post("/signout", data={"csrf": form})
@@ -75,7 +75,7 @@ def test_signing_out_ends_the_session(store: SQLiteStore) -> None:
 
 def test_failed_sign_ins_are_limited(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
-    with TestClient(create_app(WebConfig(store, signin_limit=3))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store, signin_limit=3))) as client:
         codes = []
         for _ in range(4):
             form = csrf(client.get("/").text)
@@ -117,7 +117,7 @@ def test_the_proxy_header_is_believed_only_from_the_proxy(store: SQLiteStore) ->
     proxy = ProxyAuth.parse("X-Forwarded-User", ["10.0.0.0/24"])
     app = create_app(WebConfig(store, proxy=proxy))
     header = {"X-Forwarded-User": "bob"}
-    with TestClient(app, client=("10.0.0.7", 5000)) as via_proxy:
+    with TestClient(base_url=LOCAL, app=app, client=("10.0.0.7", 5000)) as via_proxy:
         page = via_proxy.get("/", headers=header)
         assert aid in page.text and "(via proxy)" in page.text
         r = via_proxy.post(
@@ -126,9 +126,9 @@ def test_the_proxy_header_is_believed_only_from_the_proxy(store: SQLiteStore) ->
         assert r.status_code == 200
     granted = store.audit_tail(kind="approval_granted", limit=1)[0].record
     assert (granted["actor"], granted["data"]["via"]) == ("bob", "proxy")
-    with TestClient(app, client=("192.168.1.9", 5000)) as elsewhere:
+    with TestClient(base_url=LOCAL, app=app, client=("192.168.1.9", 5000)) as elsewhere:
         assert "Sign in to approve" in elsewhere.get("/", headers=header).text
-    with TestClient(app, client=("10.0.0.7", 5000)) as unknown:
+    with TestClient(base_url=LOCAL, app=app, client=("10.0.0.7", 5000)) as unknown:
         assert "Sign in" in unknown.get("/", headers={"X-Forwarded-User": "mallory"}).text
     with pytest.raises(Exception, match="trusted-proxy"):
         ProxyAuth.parse("X-Forwarded-User", [])
@@ -137,7 +137,7 @@ def test_the_proxy_header_is_believed_only_from_the_proxy(store: SQLiteStore) ->
 def test_history_and_a_runs_trail_show_the_audit_verdict(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     aid = propose(store)
-    with TestClient(create_app(WebConfig(store, app_ref=APP))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store, app_ref=APP))) as client:
         form = signed_in(client, token)
         client.post(f"/approvals/{aid}/deny", data={"csrf": form, "reason": "no"})
         history = client.get("/history").text
@@ -154,7 +154,7 @@ def test_history_and_a_runs_trail_show_the_audit_verdict(store: SQLiteStore) -> 
 def test_a_deny_without_a_reason_is_refused_in_the_page(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     aid = propose(store)
-    with TestClient(create_app(WebConfig(store))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store))) as client:
         form = signed_in(client, token)
         r = client.post(f"/approvals/{aid}/deny", data={"csrf": form, "reason": "  "})
         assert r.status_code == 422 and "Say why" in r.text
@@ -260,7 +260,7 @@ def test_the_form_follows_the_schema_and_reads_back() -> None:
 
 
 def test_live_updates_need_a_signed_in_approver(store: SQLiteStore) -> None:
-    with TestClient(create_app(WebConfig(store))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store))) as client:
         r = client.get("/events")
         assert r.status_code == 401
         assert client.get("/fragments/inbox").text.count("Sign in to approve") == 1
@@ -270,7 +270,7 @@ def test_a_live_stream_ends_when_its_credential_is_revoked(store: SQLiteStore) -
     import threading
 
     token = approver(store, "alice", "acme")
-    with TestClient(create_app(WebConfig(store, live_poll_s=0.05))) as client:
+    with TestClient(base_url=LOCAL, app=create_app(WebConfig(store, live_poll_s=0.05))) as client:
         signed_in(client, token)
         revoke = threading.Timer(
             0.5, lambda: revoke_identity(store, "alice", "approver", now=time.time())

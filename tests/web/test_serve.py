@@ -128,3 +128,77 @@ def test_resume_runs_needs_an_app(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and "--app" in done.stderr
+
+
+def test_serve_believes_forwarded_headers_only_from_its_trusted_proxy(tmp_path: Path) -> None:
+    """uvicorn's own forwarded-header handling is off: from 127.0.0.1 an
+    ``X-Forwarded-For: <the proxy>`` must not make the request the proxy's, nor its
+    ``X-Forwarded-User`` sign anyone in; and only the allowed Host names are answered."""
+    import http.client
+
+    from tests.web.inbox_app import approver
+    from tether import SQLiteStore
+
+    db = f"sqlite:///{tmp_path}/t.db"
+    store = SQLiteStore(db)
+    try:
+        approver(store, "alice", "acme")
+    finally:
+        store.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [
+            *(*SERVE, "--db", db, "--port", str(port)),
+            *("--proxy-header", "X-Forwarded-User", "--trusted-proxy", "10.0.0.5"),
+            *("--allowed-host", "inbox.test"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def get(headers: dict[str, str]) -> tuple[int, str]:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("GET", "/", headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            connection.close()
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                get({})
+                break
+            except OSError:
+                alive = server.poll() is None and time.monotonic() < deadline
+                assert alive, (tmp_path / "serve.log").read_text()
+                time.sleep(0.1)
+        forged = {"X-Forwarded-For": "10.0.0.5", "X-Forwarded-User": "alice"}
+        code, body = get(forged)
+        assert code == 200 and "Sign in to approve" in body and "Waiting for you" not in body
+        assert get({"Host": "evil.example"})[0] == 400
+        assert get({"Host": f"evil.example:{port}"})[0] == 400
+        assert get({"Host": "inbox.test"})[0] == 200
+        assert get({"Host": f"localhost:{port}"})[0] == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+    said = (tmp_path / "serve.log").read_text()
+    assert "answering to Host: localhost, 127.0.0.1, ::1, inbox.test" in said
+
+
+def test_a_proxy_header_needs_a_trusted_proxy(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*SERVE, "--db", f"sqlite:///{tmp_path}/x.db", "--proxy-header", "X-Forwarded-User"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "--trusted-proxy" in done.stderr

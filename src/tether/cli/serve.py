@@ -86,7 +86,20 @@ def make_webhooks(webhooks: tuple[str, ...], slack: tuple[str, ...]) -> list[Web
     "--trusted-proxy",
     "trusted_proxies",
     multiple=True,
-    help="...but only from this proxy address or network (repeatable).",
+    help=(
+        "...but only from this proxy address or network (repeatable); from these, and only "
+        "these, X-Forwarded-For names the client (for the sign-in limiter)."
+    ),
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help=(
+        "Another Host name the inbox answers to (repeatable; '*' for any). By default only "
+        "localhost, the --host address and the --base-url host: a request naming any other "
+        "(DNS rebinding) is refused."
+    ),
 )
 @click.option(
     "--secure-cookies", is_flag=True, help="Mark the session cookie Secure (behind https)."
@@ -100,6 +113,7 @@ def serve(
     resume_runs: bool,
     proxy_header: str | None,
     trusted_proxies: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
     secure_cookies: bool,
     webhooks: tuple[str, ...],
     slack_webhooks: tuple[str, ...],
@@ -117,15 +131,20 @@ def serve(
         raise click.ClickException(
             f"tether serve needs the web extra ({e.name} is missing): pip install 'tether[web]'"
         ) from None
-    from tether.notifications import Sender
+    from tether.notifications import Sender, check_base_url
+    from tether.web.hosts import allowed_hosts as default_hosts
 
     if resume_runs and not app_ref:
         raise click.UsageError("--resume-runs needs --app module:attribute to drive the runs")
-    if trusted_proxies and not proxy_header:
-        raise click.UsageError("--trusted-proxy is for --proxy-header; give both or neither")
-    proxy = ProxyAuth.parse(proxy_header, trusted_proxies) if proxy_header else None
+    if proxy_header and not trusted_proxies:
+        raise click.UsageError("--proxy-header needs --trusted-proxy: whose header to believe")
+    proxy = ProxyAuth.parse(proxy_header, trusted_proxies) if trusted_proxies else None
     hooks = make_webhooks(webhooks, slack_webhooks)
-    base = base_url or f"http://{host}:{port}"
+    if base_url:
+        check_base_url(base_url)
+    shown_host = f"[{host}]" if ":" in host else host
+    base = base_url or f"http://{shown_host}:{port}"
+    hosts = default_hosts(host, base_url, allowed_hosts)
     store = open_cli_store(db, create=False)
     background: list[tuple[threading.Thread, Callable[[], None]]] = []
     sender = Sender(store, hooks, base_url=base, retry_base_s=retry_base)
@@ -139,20 +158,34 @@ def serve(
         assert app_ref is not None
         worker = Worker(load_app(app_ref), store, app_ref=app_ref)
         background.append((threading.Thread(target=worker.run, name="tether-worker"), worker.stop))
-    app = create_app(WebConfig(store, app_ref=app_ref, proxy=proxy, secure_cookies=secure_cookies))
+    config = WebConfig(
+        store,
+        app_ref=app_ref,
+        proxy=proxy,
+        allowed_hosts=hosts,
+        base_url=base_url,
+        secure_cookies=secure_cookies,
+    )
+    app = create_app(config)
     for thread, _ in background:
         thread.start()
     click.echo(
-        f"tether inbox on http://{host}:{port}/ (API: /api/openapi.json); "
+        f"tether inbox on http://{shown_host}:{port}/ (API: /api/openapi.json); "
         f"{len(hooks)} webhook(s){'; resuming runs' if resume_runs else ''}",
         err=True,
     )
+    # Bound to every address, it is reached by names it does not know yet: say which it takes.
+    click.echo(f"answering to Host: {', '.join(hosts)} (more: --allowed-host NAME)", err=True)
     try:
         uvicorn.run(
             app,
             host=host,
             port=port,
             log_level="warning",
+            # uvicorn would believe X-Forwarded-For from any local peer and rewrite the
+            # client address the proxy header and the sign-in limiter are keyed on;
+            # ProxyAuth believes it only from --trusted-proxy addresses.
+            proxy_headers=False,
             timeout_graceful_shutdown=2,  # live pages hold a stream open; do not wait on them
         )
     finally:
@@ -182,9 +215,11 @@ def notify(
     import signal
 
     from tether.cli.output import echo_json
-    from tether.notifications import Sender, outbox_summary
+    from tether.notifications import Sender, check_base_url, outbox_summary
 
     hooks = make_webhooks(webhooks, slack_webhooks)
+    if base_url:
+        check_base_url(base_url)
     if not hooks:
         raise click.UsageError(
             "say where to deliver: --webhook URL (with $TETHER_WEBHOOK_SECRET) or "

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tether.approvals import ApprovalStatus
 from tether.errors import CredentialRefused
 from tether.identity import Identity, authenticate
-from tether.web.context import MAX_REASON, Site, client_of
-from tether.web.service import WebError
+from tether.web.context import MAX_REASON, Site, client_key
+from tether.web.service import ID_PATTERN, WebError
 
 if TYPE_CHECKING:
     from tether.approvals import Approval
@@ -111,7 +111,7 @@ def add_api(api: FastAPI, site: Site) -> None:
                 "send an approver credential as 'Authorization: Bearer tth_…' "
                 "(make one with `tether approvers add NAME --tenant T`)",
             )
-        client = client_of(request)
+        client = client_key(site, request)
         if limiter.retry_after(client) is not None:
             raise WebError(429, "rate_limited", "too many refused credentials; wait a minute")
         try:
@@ -123,7 +123,7 @@ def add_api(api: FastAPI, site: Site) -> None:
     def shown(who: Identity, approval: "Approval") -> ApprovalOut:
         return ApprovalOut.model_validate(inbox.details(who, approval))
 
-    approval_id_param = PathParam(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.~\-]+$")
+    approval_id_param = PathParam(min_length=1, max_length=200, pattern=ID_PATTERN)
 
     @api.get("/api/approvals", response_model=ApprovalList, responses=ERRORS, tags=["approvals"])
     def list_approvals(

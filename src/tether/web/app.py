@@ -2,7 +2,9 @@
 (``api``), both deciding through ``tether.web.service.Inbox``, which decides through
 ``tether.decisions``.
 
-Every response carries a strict Content-Security-Policy: scripts only from this origin (the
+Requests for a host the inbox was not told it is called are refused, and so are form posts
+from another origin (``hosts``: DNS rebinding, sibling sites on localhost). Every response
+carries a strict Content-Security-Policy: scripts only from this origin (the
 one small file in ``static/``), no inline script or style, no framing. Arguments are
 attacker-controlled: they reach the page only through Jinja's autoescaping, as text.
 """
@@ -17,7 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.web.api import add_api
-from tether.web.context import HERE, SecurityHeaders, Site, WebConfig, error_json
+from tether.web.context import HERE, BodyLimit, SecurityHeaders, Site, WebConfig, error_json
+from tether.web.hosts import HostGuard
 from tether.web.pages import add_pages
 from tether.web.service import WebError
 
@@ -68,5 +71,8 @@ def create_app(config: WebConfig) -> FastAPI:
     api.add_exception_handler(WebError, on_web_error)
     api.add_exception_handler(RequestValidationError, on_invalid)
     api.add_exception_handler(StarletteHTTPException, on_http)
-    api.add_middleware(SecurityHeaders)
+    origins = [config.base_url] if config.base_url else []
+    api.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    api.add_middleware(HostGuard, hosts=config.allowed_hosts, origins=origins)
+    api.add_middleware(SecurityHeaders)  # added last, so outermost: on HostGuard's refusals too
     return api

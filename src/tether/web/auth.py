@@ -122,7 +122,10 @@ class Sessions:
 
 
 def csrf_ok(session: Session, presented: str | None) -> bool:
-    return bool(presented) and hmac.compare_digest(session.csrf, str(presented))
+    # As bytes: compare_digest raises on a str holding non-ASCII, and the form is anyone's.
+    return bool(presented) and hmac.compare_digest(
+        session.csrf.encode(), str(presented).encode("utf-8", "surrogatepass")
+    )
 
 
 def identity_for(store: Store, credential_id: str, via: str) -> Identity | None:
@@ -150,13 +153,19 @@ def identity_by_name(store: Store, name: str, via: str) -> Identity | None:
 
 @dataclass(frozen=True)
 class ProxyAuth:
-    """A header naming the signed-in approver, believed only from these addresses."""
+    """The reverse proxies in front of the inbox: from these addresses (and only these) the
+    ``X-Forwarded-For`` header says who the client is, and ``header`` (if set) names the
+    signed-in approver.
 
-    header: str
+    Only the direct peer's address is trusted to be a proxy: ``tether serve`` turns off
+    uvicorn's own forwarded-header handling, which would otherwise let any local process
+    claim to be a proxy's client (or a proxy) by sending ``X-Forwarded-For``."""
+
+    header: str | None
     trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
 
     @classmethod
-    def parse(cls, header: str, addresses: Iterable[str]) -> ProxyAuth:
+    def parse(cls, header: str | None, addresses: Iterable[str]) -> ProxyAuth:
         from tether.errors import ConfigurationError
 
         nets = []
@@ -173,7 +182,8 @@ class ProxyAuth:
                 "--proxy-header needs at least one --trusted-proxy address: a header anyone "
                 "can send proves nothing"
             )
-        return cls(header=header.strip().lower(), trusted=tuple(nets))
+        name = header.strip().lower() if header and header.strip() else None
+        return cls(header=name, trusted=tuple(nets))
 
     def trusts(self, client: str | None) -> bool:
         if not client:
@@ -183,6 +193,35 @@ class ProxyAuth:
         except ValueError:
             return False
         return any(address in net for net in self.trusted)
+
+    def client_address(self, peer: str | None, forwarded_for: str | None) -> str | None:
+        """Who the client is: ``peer``, unless it is a trusted proxy, in which case the
+        nearest address in ``X-Forwarded-For`` that is not itself a trusted proxy (the
+        entries further left were written by the client and prove nothing)."""
+        if not self.trusts(peer) or not forwarded_for:
+            return peer
+        for hop in reversed([h.strip() for h in forwarded_for.split(",")]):
+            if self.trusts(hop):
+                continue
+            try:
+                return str(ipaddress.ip_address(hop))
+            except ValueError:
+                return peer  # garbled: count it against the proxy rather than believe it
+        return peer
+
+
+def limiter_key(address: str) -> str:
+    """What failed sign-ins are counted against: the address, or an IPv6 address's /64 (one
+    client usually holds a whole /64 and could otherwise take a fresh address per guess)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 @dataclass

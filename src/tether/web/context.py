@@ -15,7 +15,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tether.web.auth import Limiter, ProxyAuth, Sessions
+from tether.web.auth import Limiter, ProxyAuth, Sessions, limiter_key
+from tether.web.hosts import LOCAL_NAMES
 from tether.web.service import Inbox, WebError
 
 if TYPE_CHECKING:
@@ -30,7 +31,13 @@ SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # Not "no-referrer": under it a browser sends "Origin: null" with the inbox's own form
+    # posts, and the origin check (``hosts``) could not tell them from a forged one.
+    (b"referrer-policy", b"same-origin"),
+    # No other site may load a response (not even as an image or a script) or hold a
+    # window handle on the inbox.
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
 ]
 MAX_REASON = 2000
 
@@ -40,6 +47,11 @@ class WebConfig:
     store: Store
     app_ref: str | None = None
     proxy: ProxyAuth | None = None
+    # The Host names the inbox answers to ("*": any; see ``hosts``).
+    allowed_hosts: tuple[str, ...] = LOCAL_NAMES
+    # The inbox's public address (--base-url): its origin may post forms, whatever Host a
+    # reverse proxy passes on.
+    base_url: str | None = None
     secure_cookies: bool = False  # also set when the request came over https
     session_ttl_s: float = 8 * 3600.0
     session_idle_s: float = 1800.0
@@ -47,6 +59,8 @@ class WebConfig:
     signin_limit: int = 5
     signin_window_s: float = 60.0
     live_poll_s: float = 1.0
+    verify_max_age_s: float = 60.0  # re-verify the audit log at least this often
+    max_body_bytes: int = 1024 * 1024
     clock: Callable[[], float] = time.time
 
 
@@ -62,7 +76,9 @@ class Site:
 
     def __post_init__(self) -> None:
         c = self.config
-        self.inbox = Inbox(c.store, app_ref=c.app_ref, clock=c.clock)
+        self.inbox = Inbox(
+            c.store, app_ref=c.app_ref, clock=c.clock, verify_max_age_s=c.verify_max_age_s
+        )
         self.sessions = Sessions(
             ttl_s=c.session_ttl_s,
             idle_s=c.session_idle_s,
@@ -77,8 +93,22 @@ class Site:
         return self.config.store
 
 
-def client_of(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+def peer_of(request: Request) -> str | None:
+    """The address at the other end of the connection (a proxy's, if there is one)."""
+    return request.client.host if request.client else None
+
+
+def client_key(site: Site, request: Request) -> str:
+    """Whom failed sign-ins are counted against: the client, as far as a trusted proxy
+    says (``ProxyAuth.client_address``), else the peer."""
+    peer = peer_of(request)
+    proxy = site.config.proxy
+    if proxy is not None:
+        # Every X-Forwarded-For line, in order: a proxy may add its own line after the
+        # client's instead of appending to it.
+        forwarded = ", ".join(request.headers.getlist("x-forwarded-for")) or None
+        peer = proxy.client_address(peer, forwarded)
+    return limiter_key(peer or "unknown")
 
 
 def error_json(e: WebError) -> JSONResponse:
@@ -99,12 +129,45 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        api = str(scope.get("path", "")).startswith("/api/")
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+                headers = list(message.get("headers", [])) + SECURITY_HEADERS
+                if api and not any(k.lower() == b"cache-control" for k, _ in headers):
+                    # Approvals are per-credential and change by the second: kept nowhere.
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class BodyLimit:
+    """Refuses a request body larger than ``limit`` bytes before anything reads it (the
+    API reads its JSON before it looks at the credential, and uvicorn sets no limit): 413
+    for a declared length too large, 411 for a body of undeclared length."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            length = headers.get(b"content-length")
+            refusal = None
+            if length is not None:
+                if not length.isdigit() or int(length) > self.limit:
+                    message = f"A request body may hold at most {self.limit} bytes."
+                    refusal = (413, "body_too_large", message)
+            elif b"transfer-encoding" in headers:
+                refusal = (411, "length_required", "Send the body with a Content-Length.")
+            if refusal is not None:
+                from tether.web.hosts import refuse
+
+                await refuse(scope, send, *refusal)
+                return
+        await self.app(scope, receive, send)
 
 
 def when(value: Any) -> str:

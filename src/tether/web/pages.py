@@ -17,7 +17,7 @@ from tether.approvals import ApprovalStatus
 from tether.errors import CredentialRefused
 from tether.identity import Identity, authenticate
 from tether.web.auth import COOKIE, Session, csrf_ok, identity_by_name, identity_for
-from tether.web.context import MAX_REASON, Site, client_of
+from tether.web.context import MAX_REASON, Site, client_key, peer_of
 from tether.web.forms import FormField, form_fields, read_form, refill
 from tether.web.service import WebError
 
@@ -62,7 +62,7 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
 
     def page_identity(request: Request, session: Session) -> Identity | None:
         proxy = config.proxy
-        if proxy is not None and proxy.trusts(client_of(request)):
+        if proxy is not None and proxy.header and proxy.trusts(peer_of(request)):
             name = request.headers.get(proxy.header)
             if name:
                 return identity_by_name(store, name.strip(), "proxy")
@@ -163,7 +163,7 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
             if not csrf_ok(session, form.get("csrf")):
                 error = "The sign-in form expired; try again."
                 return page(request, session, None, "signin.html", {"error": error}, 403)
-            client = client_of(request)
+            client = client_key(site, request)
             wait = limiter.retry_after(client)
             if wait is not None:
                 error = f"Too many refused credentials; try again in {wait:.0f} seconds."

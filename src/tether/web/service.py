@@ -50,6 +50,16 @@ def not_found(approval_id: str) -> WebError:
 
 
 _TIER = re.compile(r"^tier (\w+):")
+# What an approval or run id may look like in a URL (the API's path pattern too): anything
+# else is not found, and the refusal does not repeat it.
+ID_PATTERN = r"^[A-Za-z0-9_.~\-]{1,200}$"
+_ID = re.compile(ID_PATTERN)
+
+
+def checked_id(value: str, what: str = "approval") -> str:
+    if not _ID.fullmatch(value):
+        raise WebError(404, "not_found", f"no such {what} that you may see")
+    return value
 
 
 @dataclass
@@ -59,8 +69,13 @@ class Inbox:
     store: Store
     app_ref: str | None = None  # the app to load for edits when a run does not name one
     clock: Callable[[], float] = time.time
+    verify_max_age_s: float = 60.0
     _apps: dict[str, App] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # An approval's reasons never change once recorded: read from the log once.
+    _reasons: dict[str, list[str]] = field(default_factory=dict)
+    # The last verdict, with the audit heads it was reached at and when.
+    _verdict: tuple[Any, float, dict[str, Any]] | None = None
 
     # -- seeing --------------------------------------------------------------------------------
     def visible(
@@ -76,6 +91,7 @@ class Inbox:
         return [a for a in self.visible(who, ApprovalStatus.PENDING) if may_decide(a, who)]
 
     def get(self, who: Identity, approval_id: str) -> Approval:
+        checked_id(approval_id)
         with self.store.read() as tx:
             found = tx.get_approval(approval_id)
         if found is None or not who.allows_tenant(found.tenant):
@@ -100,7 +116,22 @@ class Inbox:
         }
 
     def reasons(self, approval: Approval) -> list[str]:
-        """Why the policy asked, as recorded when the request (or the edit) was made."""
+        """Why the policy asked, as recorded when the request (or the edit) was made: read
+        from the run's log once, then remembered (the entry is written with the approval and
+        never changes, so a listing does not read every row's log again)."""
+        with self._lock:
+            known = self._reasons.get(approval.approval_id)
+        if known is not None:
+            return known
+        found = self._read_reasons(approval)
+        if found is not None:
+            with self._lock:
+                if len(self._reasons) >= 10_000:
+                    self._reasons.clear()
+                self._reasons[approval.approval_id] = found
+        return found or []
+
+    def _read_reasons(self, approval: Approval) -> list[str] | None:
         for entry in reversed(self.store.audit_tail(run_id=approval.run_id, limit=2000)):
             data = entry.record.get("data", {})
             if entry.kind == "approval_requested" and data.get("approval_id") == (
@@ -111,7 +142,7 @@ class Inbox:
                 approval.approval_id
             ):
                 return [str(r) for r in data.get("decision", {}).get("reasons", [])]
-        return []
+        return None  # not found (yet): not remembered
 
     def steps(self, run_id: str, limit: int = 12) -> list[dict[str, Any]]:
         with self.store.read() as tx:
@@ -120,6 +151,7 @@ class Inbox:
 
     def trail(self, who: Identity, run_id: str) -> list[dict[str, Any]]:
         """A run's audit entries, oldest first; 404 unless ``who`` serves its tenant."""
+        checked_id(run_id, "run")
         with self.store.read() as tx:
             run = tx.get_run(run_id)
         if run is None or not who.allows_tenant(run.tenant_id):
@@ -136,12 +168,33 @@ class Inbox:
         ]
 
     def verify(self) -> dict[str, Any]:
-        """``tether audit verify``'s verdict on the whole log."""
+        """``tether audit verify``'s verdict on the whole log. A full verification reads the
+        whole log and state, so the verdict is kept while the audit heads stay as they were
+        (nothing was appended) and for at most ``verify_max_age_s`` (the check also compares
+        the state with the log, and a row changed behind tether's back moves no head)."""
+        try:
+            heads = self.store.audit_heads()
+        except TetherError as e:
+            return {"intact": None, "entries": 0, "problem": str(e)}
+        key = tuple(sorted((chain, h.seq, h.hash) for chain, h in heads.items()))
+        now = self.clock()
+        with self._lock:
+            cached = self._verdict
+        if cached is not None and cached[0] == key and now - cached[1] < self.verify_max_age_s:
+            return cached[2]
         try:
             report = self.store.verify_audit()
         except TetherError as e:
-            return {"intact": None, "entries": 0, "problem": str(e)}
-        return {"intact": report.intact, "entries": report.entries, "problem": report.problem}
+            verdict: dict[str, Any] = {"intact": None, "entries": 0, "problem": str(e)}
+        else:
+            verdict = {
+                "intact": report.intact,
+                "entries": report.entries,
+                "problem": report.problem,
+            }
+        with self._lock:
+            self._verdict = (key, now, verdict)
+        return verdict
 
     # -- the app, for the edit form's schema and the edit's judgement -------------------------
     def app_for(self, run_id: str) -> App:
