@@ -383,3 +383,39 @@ def test_listing_approvals_reads_each_ones_reasons_once(
         again = client.get("/api/approvals", headers=headers).json()["approvals"]
         assert [a["reasons"] for a in again] == [a["reasons"] for a in first]
         assert len(tails) == read  # remembered: not read again
+
+
+# -- the database names no code the server runs ------------------------------------------------
+def test_an_app_planted_in_a_run_row_is_never_imported(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Someone who can write the database names their own module as the run's app; opening
+    # the approval (whose edit form needs the app's schemas) must not import it.
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_app.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\napp = None\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    token = approver(store, "alice", "acme")
+    approval_id = propose(store)
+    with store.read() as tx:
+        approval = tx.get_approval(approval_id)
+    assert approval is not None
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "t.db")
+    with db:
+        db.execute(
+            "UPDATE agent_runs SET checkpoint_json = json_set(checkpoint_json, '$.app', ?) "
+            "WHERE run_id = ?",
+            ("planted_app:app", approval.run_id),
+        )
+    db.close()
+    with TestClient(create_app(WebConfig(store, app_ref=APP)), base_url=LOCAL) as client:
+        sign_in(client, token)
+        page = client.get(f"/approvals/{approval_id}")
+        assert page.status_code == 200
+    with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
+        sign_in(client, token)
+        assert client.get(f"/approvals/{approval_id}").status_code == 200
+    assert not marker.exists()

@@ -67,7 +67,7 @@ class Inbox:
     """The store, seen by one approver at a time."""
 
     store: Store
-    app_ref: str | None = None  # the app to load for edits when a run does not name one
+    app_ref: str | None = None  # the app to load for edits (--app): the only one imported
     clock: Callable[[], float] = time.time
     verify_max_age_s: float = 60.0
     _apps: dict[str, App] = field(default_factory=dict)
@@ -198,20 +198,26 @@ class Inbox:
 
     # -- the app, for the edit form's schema and the edit's judgement -------------------------
     def app_for(self, run_id: str) -> App:
+        """The app whose tools the run uses: only ever the one named with ``--app``. The app a
+        run recorded is a row anyone who can write the database can change, so importing it
+        would let them run code in the server; it is compared, never imported."""
         import json
 
         from tether.app import load_app
 
-        with self.store.read() as tx:
-            record = tx.get_run(run_id)
-        ref = None
-        if record is not None:
-            ref = json.loads(record.checkpoint_json).get("app")
-        ref = ref or self.app_ref
+        ref = self.app_ref
         if not ref:
             raise ConfigurationError(
-                f"run {run_id} was not started with --app, so its tools' schemas are unknown "
-                "here; start tether serve with --app module:attribute"
+                f"tether serve was started without --app, so the tools of run {run_id} are "
+                "unknown here; start it with --app module:attribute"
+            )
+        with self.store.read() as tx:
+            record = tx.get_run(run_id)
+        recorded = json.loads(record.checkpoint_json).get("app") if record is not None else None
+        if recorded and recorded != ref:
+            raise ConfigurationError(
+                f"run {run_id} runs app {recorded}, not {ref}; decide it with the command line "
+                "or a tether serve started with that --app"
             )
         with self._lock:
             if ref not in self._apps:
