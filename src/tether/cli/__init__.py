@@ -37,6 +37,7 @@ from tether.cli.runs import recover_command, run_command, runs, worker_command
 # has no need for. name -> (module, attribute, the line ``tether --help`` shows for it).
 LAZY: dict[str, tuple[str, str, str]] = {
     "audit": ("tether.cli_audit", "audit", "Inspect the hash-chained audit log."),
+    "mcp": ("tether.cli.mcp", "mcp", "The MCP gateway: govern any MCP server's tools."),
 }
 
 
