@@ -39,14 +39,10 @@ def upstream(folder: Path) -> None:
 
 
 CONFIG = """
+principal = {{ subject = "desktop-agent", tenant = "acme" }}
+policy = {{ version = "notes-1", approvers = ["alice"] }}
 [gateway]
 db = "sqlite:///{tmp}/tether.db"
-[principal]
-subject = "desktop-agent"
-tenant = "acme"
-[policy]
-version = "notes-1"
-approvers = ["alice"]
 [servers.notes]
 command = "{python}"
 args = ["{script}", "upstream", "{tmp}/notes"]

@@ -25,6 +25,7 @@ OUTER = (
     "tether.adapters.langgraph",
     "tether.adapters.openai_agents",
     "tether.adapters.pydantic_ai",
+    "tether.mcp",
 )
 
 
