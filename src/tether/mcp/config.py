@@ -223,37 +223,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> GatewayConfig:
             raise ConfigurationError(
                 f"gateway config {path}: server id {sid!r} must be letters, digits, '_' or '-'"
             )
-        tools: dict[str, ToolConfig] = {}
-        for upstream, t in server.tools.items():
-            name = t.name or upstream
-            where = f"servers.{sid}.tools.{upstream}"
-            if not _NAME.match(name):
-                raise ConfigurationError(
-                    f"gateway config {path}: {where}: the offered name {name!r} must be "
-                    "letters, digits, '_' or '-'; set name = \"...\""
-                )
-            if name in offered:
-                raise ConfigurationError(
-                    f"gateway config {path}: {where} and {offered[name]} would both be offered "
-                    f"as '{name}'; give one of them name = \"...\""
-                )
-            offered[name] = where
-            tools[upstream] = ToolConfig(
-                server=sid,
-                upstream_name=upstream,
-                name=name,
-                risk=t.risk,
-                required_scope=t.scope,
-                allowed_tenants=frozenset(t.allowed_tenants)
-                if t.allowed_tenants is not None
-                else None,
-                tenant_path=t.tenant_path,
-                tenant_scoped=t.tenant_scoped,
-                max_result_bytes=t.max_result_bytes,
-                sensitive_fields=frozenset(t.sensitive_fields),
-                timeout_s=t.timeout_seconds,
-                cost=t.cost,
-            )
+        tools = _tools(path, sid, server.tools, offered)
         servers[sid] = ServerConfig(
             id=sid,
             command=server.command,
@@ -280,6 +250,51 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> GatewayConfig:
         http_host=spec.gateway.host,
         http_port=spec.gateway.port,
     )
+
+
+def tool_configs(server_id: str, tools: Mapping[str, Mapping[str, Any]]) -> dict[str, ToolConfig]:
+    """Tool tables as in a config file (``{"write_file": {"risk": "write"}}``), checked the
+    same way: for the in-process wrapper (``tether.mcp.client``)."""
+    try:
+        specs = {k: _ToolSpec.model_validate(v) for k, v in tools.items()}
+    except pydantic.ValidationError as e:
+        raise ConfigurationError(f"MCP tools for '{server_id}' are invalid: {e}") from e
+    return _tools(Path("(in-process)"), server_id, specs, {})
+
+
+def _tools(
+    path: Path, sid: str, specs: Mapping[str, _ToolSpec], offered: dict[str, str]
+) -> dict[str, ToolConfig]:
+    tools: dict[str, ToolConfig] = {}
+    for upstream, t in specs.items():
+        name = t.name or upstream
+        where = f"servers.{sid}.tools.{upstream}"
+        if not _NAME.match(name):
+            raise ConfigurationError(
+                f"gateway config {path}: {where}: the offered name {name!r} must be "
+                "letters, digits, '_' or '-'; set name = \"...\""
+            )
+        if name in offered:
+            raise ConfigurationError(
+                f"gateway config {path}: {where} and {offered[name]} would both be offered "
+                f"as '{name}'; give one of them name = \"...\""
+            )
+        offered[name] = where
+        tools[upstream] = ToolConfig(
+            server=sid,
+            upstream_name=upstream,
+            name=name,
+            risk=t.risk,
+            required_scope=t.scope,
+            allowed_tenants=frozenset(t.allowed_tenants) if t.allowed_tenants is not None else None,
+            tenant_path=t.tenant_path,
+            tenant_scoped=t.tenant_scoped,
+            max_result_bytes=t.max_result_bytes,
+            sensitive_fields=frozenset(t.sensitive_fields),
+            timeout_s=t.timeout_seconds,
+            cost=t.cost,
+        )
+    return tools
 
 
 def _policy(spec: _File, path: Path) -> Policy:

@@ -54,6 +54,7 @@ from tether.policy import Principal
 from tether.tools import Manifest, Registry
 
 if TYPE_CHECKING:
+    import mcp
     import mcp_types
     from mcp.server import Server
 
@@ -126,12 +127,18 @@ class Gateway:
         lock: Lock | None = None,
         errlog: TextIO | None = None,
         budget: Budget | None = None,
+        attached: Mapping[str, mcp.ClientSession] | None = None,
+        pin_on_open: bool = False,
     ) -> None:
         self.config = config
         self.store = store
         self.lock = lock if lock is not None else read_lock(config.lock_path)
         self.errlog = errlog if errlog is not None else sys.stderr
         self.budget = budget
+        # Sessions opened by the caller (tether.mcp.client), by server id; and whether to
+        # pin what they list at open (the in-process wrapper without a lock file).
+        self.attached = dict(attached or {})
+        self.pin_on_open = pin_on_open
         self.upstreams: dict[str, Upstream] = {}
         self.offered: dict[str, Offered] = {}
         self.unpinned: list[str] = []
@@ -154,8 +161,13 @@ class Gateway:
                 upstream = Upstream(
                     server, on_change=self._changed, errlog=self.errlog, spawn=tg.start_soon
                 )
-                await upstream.connect(stack)
+                if sid in self.attached:
+                    await upstream.attach(self.attached[sid])
+                else:
+                    await upstream.connect(stack)
                 self.upstreams[sid] = upstream
+            if self.pin_on_open:
+                self.lock = self._pin_current()
             self._build()
         except BaseException:
             await stack.aclose()
@@ -167,6 +179,28 @@ class Gateway:
         if self._stack is not None:
             stack, self._stack = self._stack, None
             await stack.aclose()
+
+    def _pin_current(self) -> Lock:
+        """A lock of what the upstreams list now, refusing what looks poisoned."""
+        from tether.mcp.pins import PinnedTool, poisoning_findings
+
+        tools = dict(self.lock.tools)
+        for tool in self.config.tools():
+            current = self.upstreams[tool.server].tools.get(tool.upstream_name)
+            if current is None or tool.key in tools:
+                continue
+            snap = self.current_snapshot(self.upstreams[tool.server], current)
+            findings = poisoning_findings(snap)
+            if findings:
+                print(
+                    f"tether mcp: {tool.key} is not offered: {'; '.join(findings)}",
+                    file=self.errlog,
+                )
+                continue
+            tools[tool.key] = PinnedTool(
+                key=tool.key, digest=tool_digest(snap), snapshot=snap, pinned_at=time.time()
+            )
+        return Lock(tools)
 
     def _build(self) -> None:
         registry = Registry()
@@ -210,9 +244,9 @@ class Gateway:
             )
         self.gate = Gate(registry, self.config.policy, self.store)
         for upstream in self.upstreams.values():
-            self._check(upstream)
+            self.check(upstream)
 
-    def _check(self, upstream: Upstream) -> None:
+    def check(self, upstream: Upstream) -> None:
         """Block each of ``upstream``'s offered tools that no longer matches its pin."""
         for offered in self.offered.values():
             if offered.config.server != upstream.id:
@@ -244,7 +278,7 @@ class Gateway:
         )
 
     async def _changed(self, upstream: Upstream) -> None:
-        self._check(upstream)
+        self.check(upstream)
 
     # -- what the client sees ----------------------------------------------------------------
     def listing(self) -> list[dict[str, Any]]:

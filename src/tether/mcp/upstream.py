@@ -43,7 +43,7 @@ class Upstream:
         self.on_change = on_change
         self.spawn = spawn
         self.errlog = errlog
-        self.client: mcp.Client | None = None
+        self.session: mcp.ClientSession | None = None
         self.server_name: str | None = None
         self.server_version: str | None = None
         self.tools: dict[str, dict[str, Any]] = {}  # upstream name -> wire form of the Tool
@@ -86,19 +86,27 @@ class Upstream:
             raise ConfigurationError(
                 f"cannot connect to MCP server '{self.id}' ({self.config.describe()}): {e!r}"
             ) from e
-        self.client = client
-        info = client.server_info
+        await self.attach(client.session)
+
+    async def attach(self, session: mcp.ClientSession) -> None:
+        """Use a session someone else opened (and closes): the in-process wrapper's case.
+        Its ``list_changed`` notifications reach its own message handler, not this one;
+        ``refresh`` re-lists on demand."""
+        self.session = session
+        info = session.server_info
         self.server_name = info.name if info is not None else None
         self.server_version = info.version if info is not None else None
         await self.refresh()
 
     async def refresh(self) -> None:
         """List the server's tools again (every page)."""
-        client = self._connected()
+        import mcp_types
+
+        session = self._connected()
         tools: dict[str, dict[str, Any]] = {}
         cursor: str | None = None
         for _ in range(1000):
-            page = await client.list_tools(cursor=cursor)
+            page = await session.list_tools(params=mcp_types.PaginatedRequestParams(cursor=cursor))
             for tool in page.tools:
                 tools[tool.name] = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
             cursor = page.next_cursor
@@ -108,9 +116,9 @@ class Upstream:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         """Call a tool; a connection that ends mid-call raises ``UpstreamLost``."""
-        client = self._connected()
+        session = self._connected()
         try:
-            return await client.session.call_tool(name, arguments)
+            return await session.call_tool(name, arguments)
         except Exception as e:
             if is_connection_lost(e):
                 self.lost = f"{type(e).__name__}: {e}"
@@ -131,14 +139,14 @@ class Upstream:
         if self.on_change is not None:
             await self.on_change(self)
 
-    def _connected(self) -> mcp.Client:
-        if self.client is None:
+    def _connected(self) -> mcp.ClientSession:
+        if self.session is None:
             raise ConfigurationError(f"MCP server '{self.id}' is not connected")
         if self.lost is not None:
             raise ConfigurationError(
                 f"MCP server '{self.id}' is not connected ({self.lost}); restart the gateway"
             )
-        return self.client
+        return self.session
 
     async def _message(self, message: Any) -> None:
         import mcp_types
