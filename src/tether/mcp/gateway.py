@@ -509,10 +509,42 @@ def _approval_error(wait: ApprovalRequired, call_id: str) -> mcp_types.CallToolR
 async def serve_stdio(gateway: Gateway) -> None:
     """Serve the gateway over this process's stdin and stdout until the client leaves."""
     from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
 
     server = gateway.server()
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        # The SDK drops a line it cannot decode without a word; JSON-RPC wants an error
+        # answer (id null), so the client knows the gateway is alive and what it sent wrong.
+        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def forward() -> None:
+            async with send:
+                async for item in read:
+                    if isinstance(item, Exception):
+                        await write.send(SessionMessage(protocol_error(item)))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forward)
+            await server.run(receive, write, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+def protocol_error(error: Exception) -> Any:
+    """The JSON-RPC error answering a line that is not a JSON-RPC message."""
+    import mcp_types
+    import pydantic
+
+    not_json = isinstance(error, pydantic.ValidationError) and any(
+        e.get("type") == "json_invalid" for e in error.errors()
+    )
+    code, what = (-32700, "Parse error") if not_json else (-32600, "Invalid Request")
+    return mcp_types.JSONRPCError(
+        jsonrpc="2.0",
+        id=None,
+        error=mcp_types.ErrorData(code=code, message=f"{what}: {str(error)[:200]}"),
+    )
 
 
 def _version() -> str:
