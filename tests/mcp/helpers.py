@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -91,9 +92,16 @@ async def connected(config: GatewayConfig, store: Store) -> AsyncIterator[tuple[
             yield gateway, client
 
 
+# Each approver's credential, per store (a name is registered once per store).
+_TOKENS: weakref.WeakKeyDictionary[Store, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
 def approve(store: Store, approval_id: str, name: str = "alice", tenant: str = "acme") -> None:
     """An approver with a credential decides, as `tether approvals approve` does."""
-    _, token = add_identity(store, name, "approver", now=time.time(), tenants=[tenant])
+    tokens = _TOKENS.setdefault(store, {})
+    if name not in tokens:
+        _, tokens[name] = add_identity(store, name, "approver", now=time.time(), tenants=[tenant])
+    token = tokens[name]
     who = authenticate(store, token, "approver")
     decide_approval(store, approval_id, who, approve=True, now=time.time())
 
