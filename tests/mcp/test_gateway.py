@@ -4,6 +4,7 @@ upstream errors and crashes. The agent is the SDK's own client on the gateway's 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import anyio
@@ -23,6 +24,8 @@ from tests.mcp.helpers import (
 )
 from tether.ledger import EffectStatus
 from tether.mcp.config import GatewayConfig
+from tether.mcp.gateway import Caller
+from tether.reconcile import resolve_effect
 from tether.store import SQLiteStore
 
 
@@ -200,20 +203,37 @@ def test_results_are_capped_redacted_and_upstream_errors_fail(
     assert "drop" not in stored
 
 
-def test_an_upstream_that_dies_mid_call_leaves_an_unknown_effect(
+def test_an_upstream_that_dies_mid_call_leaves_an_unknown_effect_a_human_resolves(
     config: GatewayConfig, store: SQLiteStore, state: Path
 ) -> None:
     async def scenario() -> None:
         await pin_tools(config)
-        async with connected(config, store) as (_, client):
-            asked = await client.call_tool("crash", {"key": "c"})
+        async with connected(config, store) as (gateway, client):
+            assert config.principal is not None
+            caller = Caller(config.principal, "session-1")
+            asked = await gateway.call_tool(caller, 1, "crash", {"key": "c"})
             approve(store, approval_id(asked))
-            lost = await client.call_tool("crash", {"key": "c"})
+            lost = await gateway.call_tool(caller, 2, "crash", {"key": "c"})
             assert lost.is_error and "unknown" in text(lost), text(lost)
+            again = await gateway.call_tool(caller, 2, "crash", {"key": "c"})  # a retry
+            assert again.is_error and "unknown" in text(again)  # never sent a second time
             after = await client.call_tool("lookup", {"tenant": "acme", "key": "k"})
             assert after.is_error and "not connected" in text(after)
+            [effect] = [e for e in store.list_effects() if e.tool_name == "crash"]
+            assert effect.status is EffectStatus.UNKNOWN
+            # The server cannot be asked what it did: a human who checked says so.
+            resolve_effect(
+                store,
+                effect.operation_key,
+                committed=True,
+                result="saved c",
+                actor="alice",
+                now=time.time(),
+            )
+            replayed = await gateway.call_tool(caller, 2, "crash", {"key": "c"})
+            assert not replayed.is_error and text(replayed) == "saved c"
 
     anyio.run(scenario)
-    assert witness(state) == ["crash c"]  # it did act; nobody may assume it did not
+    assert witness(state) == ["crash c"]  # it acted once; nothing sent it again
     [effect] = [e for e in store.list_effects() if e.tool_name == "crash"]
-    assert effect.status is EffectStatus.UNKNOWN
+    assert effect.status is EffectStatus.RECONCILED_COMMITTED
