@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
@@ -16,7 +17,7 @@ from tether.mcp.client import GovernedSession
 from tether.policy import Policy, Principal
 from tether.store import SQLiteStore
 
-TOOLS = {
+TOOLS: dict[str, dict[str, Any]] = {
     "lookup": {"risk": "read", "tenant_path": "tenant"},
     "save": {"risk": "write", "tenant_path": "tenant"},
     "add": {"risk": "read", "tenant_scoped": False},
