@@ -80,6 +80,7 @@ def bench(args: list[str]) -> None:
         "bench_call_view.py",
         "bench_verify.py",
         "bench_adapters.py",
+        "bench_mcp.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():

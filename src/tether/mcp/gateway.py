@@ -110,8 +110,10 @@ class Offered:
 
 @dataclass
 class _Session:
-    # A new request that repeats a call waiting on an approval is that call: request's call
-    # id -> the asked call's id (kept for the session, so a retry of it replays the same).
+    # (tool, argument digest) -> the call that asked for approval and has not run yet.
+    asked: dict[tuple[str, str], str] = field(default_factory=dict)
+    # A new request that repeats an asked call is that call: its own call id -> the asked
+    # call's (kept for the session, so a retry of the request replays the same call).
     aliases: dict[str, str] = field(default_factory=dict)
 
 
@@ -145,7 +147,7 @@ class Gateway:
         self.gate: Gate | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._stack: AsyncExitStack | None = None
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, _Session] = {}  # by run id
         self._runs: set[str] = set()
         self._lock = threading.Lock()
 
@@ -350,13 +352,17 @@ class Gateway:
         if offered is not None and offered.blocked is not None:
             self._audit_blocked(caller, run_id, name, offered.blocked)
             return _error(str(PinError(offered.blocked)))
-        call_id = self._call_id(caller, run_id, request_id, name, arguments)
+        call_id, same = self._call_id(caller, run_id, request_id, name, arguments)
+        session = self._session(run_id)
         try:
             outcome = gate.call(run_id, ToolCall(call_id=call_id, tool=name, arguments=arguments))
         except ApprovalRequired as wait:
+            session.asked[same] = call_id
             return _approval_error(wait, call_id)
         except TetherError as e:
             return _error(f"tether: {e}")
+        if session.asked.get(same) == call_id:
+            del session.asked[same]  # it ran: the same arguments again are a new call
         return _result(outcome)
 
     def _gate(self) -> Gate:
@@ -379,34 +385,43 @@ class Gateway:
 
     def _call_id(
         self, caller: Caller, run_id: str, request_id: Any, name: str, arguments: dict[str, Any]
-    ) -> str:
-        """The call a request is: its own (from the request id), or — for a new request
-        repeating a call that asked for approval — that call."""
+    ) -> tuple[str, tuple[str, str]]:
+        """The call a request is — its own (from the request id), or, for a new request
+        repeating a call that asked for approval, that call — and the (tool, argument
+        digest) pair that names "the same call" in this session."""
         raw = str(request_id)
         own = "mcp-" + (raw if _SAFE_ID.match(raw) else sha256_hex(raw)[:32])
-        session = self._sessions.setdefault(caller.run_id, _Session())
+        same = (name, "sha256:" + sha256_hex(canonical_json(arguments)))
+        session = self._session(run_id)
         alias = session.aliases.get(own)
         if alias is not None:
-            return alias
+            return alias, same
+        asked = session.asked.get(same)
+        if asked is None or asked == own:
+            return own, same
+        # A request the ledger already knows under its own id (a retry of it) stays itself.
         with self.store.read() as tx:
-            seen = (
-                tx.effect_for_call(run_id, own) is not None
-                or tx.find_approval(run_id, own) is not None
-            )
-        if seen:
-            return own
-        wanted = "sha256:" + sha256_hex(canonical_json(arguments))
-        matching = [
-            a
-            for a in self.store.list_approvals(run_id=run_id)
-            if a.tool == name and (a.argument_digest == wanted or dict(a.arguments) == arguments)
-        ]
-        if matching:
-            latest = max(matching, key=lambda a: a.created_at)
-            if latest.status not in (ApprovalStatus.USED, ApprovalStatus.EDITED):
-                session.aliases[own] = latest.call_id
-                return latest.call_id
-        return own
+            if tx.effect_for_call(run_id, own) or tx.find_approval(run_id, own):
+                return own, same
+        session.aliases[own] = asked
+        return asked, same
+
+    def _session(self, run_id: str) -> _Session:
+        """The session's calls waiting on approvals: read from the store the first time
+        this process sees the session (it may have asked before a restart), kept after."""
+        session = self._sessions.get(run_id)
+        if session is None:
+            session = _Session()
+            latest: dict[tuple[str, str], Any] = {}
+            for a in self.store.list_approvals(run_id=run_id):
+                key = (a.tool, a.argument_digest)
+                if key not in latest or a.created_at > latest[key].created_at:
+                    latest[key] = a
+            for key, a in latest.items():
+                if a.status not in (ApprovalStatus.USED, ApprovalStatus.EDITED):
+                    session.asked[key] = a.call_id
+            session = self._sessions.setdefault(run_id, session)
+        return session
 
     def _audit_blocked(self, caller: Caller, run_id: str, name: str, why: str) -> None:
         with self.store.transaction() as tx:
