@@ -40,8 +40,13 @@ def setup(tmp_path: Path) -> tuple[GatewayConfig, Path, str]:
     return config, state, f"sqlite:///{tmp_path}/gateway.db"
 
 
-def serve(config: GatewayConfig, db: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "TETHER_DB": db}
+def serve(
+    config: GatewayConfig, db: str, *extra: str, token: str | None = None
+) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["TETHER_DB"] = db
+    if token is not None:
+        env["TETHER_PRINCIPAL_TOKEN"] = token
     return subprocess.Popen(
         [sys.executable, "-m", "tether", "mcp", "serve", "--config", str(config.path), *extra],
         stdin=subprocess.PIPE,
@@ -93,6 +98,30 @@ def test_malformed_json_rpc_and_unknown_methods_get_protocol_errors(
         call = {"name": "lookup", "arguments": {"tenant": "acme", "key": "k"}}
         read = exchange(proc, {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": call})
         assert read is not None and read["result"]["content"][0]["text"] == "acme:k=value"
+    finally:
+        stop(proc)
+
+
+def test_over_stdio_a_principal_credential_decides_who_calls(
+    setup: tuple[GatewayConfig, Path, str],
+) -> None:
+    config, _, db = setup
+    store = SQLiteStore(db)
+    _, token = add_identity(store, "agent-g", "principal", now=time.time(), tenants=["globex"])
+    store.close()
+    refused = serve(config, db, token="tth_cred-0000000000000000_not-a-real-credential")
+    assert refused.wait(timeout=30) == 2
+    stop(refused)
+    proc = serve(config, db, token=token)
+    try:
+        exchange(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        exchange(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for i, tenant in enumerate(("globex", "acme")):
+            call = {"name": "lookup", "arguments": {"tenant": tenant, "key": "k"}}
+            message = {"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call", "params": call}
+            answer = exchange(proc, message)
+            assert answer is not None
+            assert answer["result"]["isError"] is (tenant == "acme"), answer  # not the config's
     finally:
         stop(proc)
 

@@ -140,18 +140,24 @@ def serve_command(
     config_path: str, db: str | None, http: bool, host: str | None, port: int | None
 ) -> None:
     """Serve the configured, pinned tools through tether's gate: over stdio (the client
-    starts this command), or with --http at http://HOST:PORT/mcp (callers present a
-    principal credential as a bearer token)."""
+    starts this command; it acts for the config's [principal], or for the principal
+    credential in $TETHER_PRINCIPAL_TOKEN), or with --http at http://HOST:PORT/mcp (each
+    caller presents a principal credential as a bearer token)."""
+    import os
+
     import anyio
 
     config = _load(config_path)
     url = db or config.db or "sqlite:///tether.db"
 
     async def main() -> None:
+        from tether.identity import authenticate
         from tether.mcp.gateway import Gateway, serve_stdio
 
         with open_cli_store(url) as store:
-            async with Gateway(config, store, errlog=sys.stderr) as gateway:
+            token = os.environ.get("TETHER_PRINCIPAL_TOKEN")
+            who = authenticate(store, token, "principal") if token and not http else None
+            async with Gateway(config, store, errlog=sys.stderr, identity=who) as gateway:
                 offered = ", ".join(sorted(gateway.offered)) or "none"
                 if http:
                     from tether.mcp.http import serve_http

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
+import anyio.abc
 import anyio.from_thread
 
 from tether.approvals import ApprovalStatus
@@ -58,12 +59,14 @@ if TYPE_CHECKING:
     import mcp_types
     from mcp.server import Server
 
+    from tether.identity import Identity
     from tether.store.base import Store
 
 __all__ = ["Caller", "Gateway", "Offered"]
 
 APPROVAL_META = "io.tether/approval"
 OUTCOME_META = "io.tether/outcome"
+RECONNECT_DELAY_S = 0.5
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
@@ -131,6 +134,7 @@ class Gateway:
         budget: Budget | None = None,
         attached: Mapping[str, mcp.ClientSession] | None = None,
         pin_on_open: bool = False,
+        identity: Identity | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -141,6 +145,9 @@ class Gateway:
         # pin what they list at open (the in-process wrapper without a lock file).
         self.attached = dict(attached or {})
         self.pin_on_open = pin_on_open
+        # Over stdio: an authenticated principal credential ($TETHER_PRINCIPAL_TOKEN), else
+        # the config's [principal].
+        self.identity = identity
         self.upstreams: dict[str, Upstream] = {}
         self.offered: dict[str, Offered] = {}
         self.unpinned: list[str] = []
@@ -166,7 +173,7 @@ class Gateway:
                 if sid in self.attached:
                     await upstream.attach(self.attached[sid])
                 else:
-                    await upstream.connect(stack)
+                    await tg.start(self._keep_connected, upstream)
                 self.upstreams[sid] = upstream
             if self.pin_on_open:
                 self.lock = self._pin_current()
@@ -181,6 +188,33 @@ class Gateway:
         if self._stack is not None:
             stack, self._stack = self._stack, None
             await stack.aclose()
+
+    async def _keep_connected(
+        self, upstream: Upstream, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        """Own one upstream connection for the gateway's life: connect (a failure at start
+        is the gateway's), and when it is lost — a crash mid-call — connect again, checking
+        the pins anew (a restarted server may not be the one that was pinned)."""
+        started = False
+        while True:
+            async with AsyncExitStack() as stack:
+                try:
+                    await upstream.connect(stack)
+                except ConfigurationError as e:
+                    if not started:
+                        raise
+                    upstream.lost = f"reconnecting failed: {e}"
+                    await anyio.sleep(RECONNECT_DELAY_S)
+                    continue
+                if started:
+                    self.check(upstream)
+                    print(f"tether mcp: reconnected to '{upstream.id}'", file=self.errlog)
+                else:
+                    task_status.started()
+                    started = True
+                await upstream.gone.wait()
+            print(f"tether mcp: lost '{upstream.id}' ({upstream.lost})", file=self.errlog)
+            await anyio.sleep(RECONNECT_DELAY_S)
 
     def _pin_current(self) -> Lock:
         """A lock of what the upstreams list now, refusing what looks poisoned."""
@@ -325,13 +359,18 @@ class Gateway:
             from tether.mcp.http import caller_from_headers
 
             return caller_from_headers(self.store, headers)
+        if not self.stdio_session:
+            self.stdio_session = uuid.uuid4().hex
+        if self.identity is not None:
+            return Caller(
+                self.identity.principal(), self.stdio_session, self.identity.credential_id
+            )
         if self.config.principal is None:
             raise ConfigurationError(
                 f"gateway config {self.config.path} has no [principal]: over stdio the "
-                "gateway acts for the principal the config names"
+                "gateway acts for the principal the config names, or for the principal "
+                "credential in TETHER_PRINCIPAL_TOKEN"
             )
-        if not self.stdio_session:
-            self.stdio_session = uuid.uuid4().hex
         return Caller(self.config.principal, self.stdio_session)
 
     # -- a call ------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class Upstream:
         self.server_version: str | None = None
         self.tools: dict[str, dict[str, Any]] = {}  # upstream name -> wire form of the Tool
         self.lost: str | None = None  # why the connection ended, once it has
+        self.gone = anyio.Event()  # set when it ends: the gateway's keeper reconnects
 
     @property
     def id(self) -> str:
@@ -93,6 +94,8 @@ class Upstream:
         Its ``list_changed`` notifications reach its own message handler, not this one;
         ``refresh`` re-lists on demand."""
         self.session = session
+        self.lost = None
+        self.gone = anyio.Event()
         info = session.server_info
         self.server_name = info.name if info is not None else None
         self.server_version = info.version if info is not None else None
@@ -121,7 +124,7 @@ class Upstream:
             return await session.call_tool(name, arguments)
         except Exception as e:
             if is_connection_lost(e):
-                self.lost = f"{type(e).__name__}: {e}"
+                self.mark_lost(e)
                 raise UpstreamLost(
                     f"MCP server '{self.id}' went away during '{name}' ({e!r}); whether it "
                     "acted is unknown"
@@ -134,7 +137,7 @@ class Upstream:
         except Exception as e:
             if not is_connection_lost(e):
                 raise
-            self.lost = f"{type(e).__name__}: {e}"
+            self.mark_lost(e)
             return
         if self.on_change is not None:
             await self.on_change(self)
@@ -144,7 +147,8 @@ class Upstream:
             raise ConfigurationError(f"MCP server '{self.id}' is not connected")
         if self.lost is not None:
             raise ConfigurationError(
-                f"MCP server '{self.id}' is not connected ({self.lost}); restart the gateway"
+                f"MCP server '{self.id}' is not connected ({self.lost}); the gateway is "
+                "reconnecting, try again shortly"
             )
         return self.session
 
@@ -159,7 +163,12 @@ class Upstream:
             else:
                 await self._relist()
         elif isinstance(message, Exception) and is_connection_lost(message):
-            self.lost = f"{type(message).__name__}: {message}"
+            self.mark_lost(message)
+
+    def mark_lost(self, error: BaseException) -> None:
+        if self.lost is None:
+            self.lost = f"{type(error).__name__}: {error}"
+        self.gone.set()
 
 
 def is_connection_lost(error: BaseException) -> bool:
