@@ -19,7 +19,16 @@ import anyio
 import httpx
 import pytest
 
-from tests.mcp.helpers import approve, pin_tools, upstream_config, witness, write_config
+from tests.mcp.helpers import (
+    approval_id,
+    approve,
+    connected,
+    pin_tools,
+    text,
+    upstream_config,
+    witness,
+    write_config,
+)
 from tether.identity import add_identity
 from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
@@ -232,4 +241,40 @@ def test_http_needs_a_credential_and_a_retried_request_runs_once(
     assert witness(state) == ["slow_save k"]
     [effect] = [e for e in store.list_effects() if e.tool_name == "slow_save"]
     assert effect.status.value == "committed"
+    store.close()
+
+
+def test_an_http_upstream_with_headers_is_reached_and_governed(
+    http_gateway: tuple[str, str, Path, str], tmp_path: Path
+) -> None:
+    """A second gateway whose upstream is the first one's URL (with its bearer credential):
+    the HTTP client side of the gateway, end to end."""
+    url, token, state, _ = http_gateway
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    servers = f"""
+[servers.inner]
+url = "{url}"
+headers = {{ Authorization = "Bearer {token}" }}
+[servers.inner.tools.lookup]
+risk = "read"
+tenant_path = "tenant"
+[servers.inner.tools.save]
+risk = "write"
+tenant_path = "tenant"
+"""
+    config = write_config(outer, servers)
+    store = SQLiteStore(f"sqlite:///{outer}/outer.db")
+
+    async def scenario() -> None:
+        pinned, _ = await pin_tools(config)
+        assert sorted(pinned) == ["inner/lookup", "inner/save"]
+        async with connected(config, store) as (_, client):
+            read = await client.call_tool("lookup", {"tenant": "acme", "key": "k"})
+            assert text(read) == "acme:k=value"
+            asked = await client.call_tool("save", {"tenant": "acme", "key": "k", "value": "v"})
+            assert approval_id(asked)
+
+    anyio.run(scenario)
+    assert witness(state) == []
     store.close()
