@@ -8,6 +8,7 @@ Loaded only when used (``tether --help`` does not import the MCP SDK)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -118,6 +119,10 @@ def inspect_command(config_path: str, as_json: bool) -> None:
             f"{row['tool']}" + (f" (offered as {row['offered_as']})" if row["offered_as"] else "")
         )
         click.echo(f"  pin      {row['pin']}")
+        hints = row["annotations"] or {}
+        if hints:
+            said = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(hints.items()))
+            click.echo(f"  hints    {said} (the server's say-so: may only make it stricter)")
         if row["risk"] is not None:
             raised = (
                 f" (configured {row['configured_risk']}, raised by its annotations)"
