@@ -70,9 +70,10 @@ def test_a_good_config_and_its_lock_path(tmp_path: Path) -> None:
         'principal = { subject = "a", tenant = "t" }\n'
         + policy_toml()
         + SERVER
-        + 'name = "renamed"\nmax_result_bytes = 10\n'
+        + 'name = "renamed"\nmax_result_bytes = 10\n[budget]\nmax_steps = 3\n'
     )
     config = load_config(path)
+    assert config.budget is not None and config.budget.max_steps == 3
     [tool] = config.tools()
     assert (tool.key, tool.name, tool.max_result_bytes) == ("s/t", "renamed", 10)
     assert config.lock_path == tmp_path / "gw.lock.json"

@@ -240,3 +240,20 @@ def test_an_upstream_that_dies_mid_call_leaves_an_unknown_effect_a_human_resolve
     assert witness(state) == ["crash c"]  # it acted once; nothing sent it again
     [effect] = [e for e in store.list_effects() if e.tool_name == "crash"]
     assert effect.status is EffectStatus.RECONCILED_COMMITTED
+
+
+def test_a_session_budget_stops_calls_with_the_numbers(
+    tmp_path: Path, state: Path, store: SQLiteStore
+) -> None:
+    config = write_config(tmp_path, upstream_config(state) + "\n[budget]\nmax_steps = 2\n")
+
+    async def scenario() -> None:
+        await pin_tools(config)
+        async with connected(config, store) as (_, client):
+            for _ in range(2):
+                ok = await client.call_tool("lookup", {"tenant": "acme", "key": "k"})
+                assert not ok.is_error
+            over = await client.call_tool("lookup", {"tenant": "acme", "key": "k"})
+            assert over.is_error and "need 1, remaining 0" in text(over), text(over)
+
+    anyio.run(scenario)

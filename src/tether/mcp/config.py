@@ -26,6 +26,9 @@ server's own annotations, which may only make a tool stricter (``effective_risk`
 
     [servers.fs.tools.write_file]
     risk = "write"
+
+    [budget]                         # per session: each MCP session is one tether run
+    max_steps = 200
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 import pydantic
 
+from tether.budget import Budget
 from tether.errors import ConfigurationError
 from tether.policy import Policy, Principal
 from tether.tools import Risk
@@ -99,6 +103,7 @@ class GatewayConfig:
     servers: Mapping[str, ServerConfig]
     http_host: str = "127.0.0.1"
     http_port: int = 8765
+    budget: Budget | None = None  # per session (each session is one tether run)
 
     @property
     def lock_path(self) -> Path:
@@ -174,6 +179,12 @@ class _PrincipalSpec(_Strict):
     scopes: list[str] = []
 
 
+class _BudgetSpec(_Strict):
+    max_steps: int | None = pydantic.Field(default=None, ge=0)
+    max_cost: int | None = pydantic.Field(default=None, ge=0)
+    max_bytes: int | None = pydantic.Field(default=None, ge=0)
+
+
 class _GatewaySpec(_Strict):
     name: str = "tether-gateway"
     db: str | None = None
@@ -186,6 +197,7 @@ class _File(_Strict):
     principal: _PrincipalSpec | None = None
     policy: dict[str, Any] | None = None
     policy_file: str | None = None
+    budget: _BudgetSpec | None = None
     servers: dict[str, _ServerSpec]
 
 
@@ -249,6 +261,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> GatewayConfig:
         servers=servers,
         http_host=spec.gateway.host,
         http_port=spec.gateway.port,
+        budget=None if spec.budget is None else Budget(**spec.budget.model_dump()),
     )
 
 

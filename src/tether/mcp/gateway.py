@@ -140,7 +140,7 @@ class Gateway:
         self.store = store
         self.lock = lock if lock is not None else read_lock(config.lock_path)
         self.errlog = errlog if errlog is not None else sys.stderr
-        self.budget = budget
+        self.budget = budget if budget is not None else config.budget
         # Sessions opened by the caller (tether.mcp.client), by server id; and whether to
         # pin what they list at open (the in-process wrapper without a lock file).
         self.attached = dict(attached or {})
