@@ -349,16 +349,19 @@ class Gateway:
 
     # Over stdio the gateway serves one client for its whole life: one session.
     stdio_session: str = ""
+    over_http: bool = False  # set by ``http.serve_http``
 
     def caller_for(self, ctx: Any) -> Caller:
         """Who sends this request: the config's principal over stdio; over HTTP the
         principal of the bearer credential (checked by ``http.authenticated``)."""
         request = getattr(ctx, "request", None)
         headers = getattr(request, "headers", None)
-        if headers is not None:
+        if headers is not None or self.over_http:
             from tether.mcp.http import caller_from_headers
 
-            return caller_from_headers(self.store, headers)
+            # Over HTTP a request without headers is refused, never taken for the config's
+            # principal.
+            return caller_from_headers(self.store, headers or {})
         if not self.stdio_session:
             self.stdio_session = uuid.uuid4().hex
         if self.identity is not None:
@@ -387,11 +390,14 @@ class Gateway:
     ) -> mcp_types.CallToolResult:
         gate = self._gate()
         run_id = self._ensure_run(caller)
+        call_id, same = self._call_id(caller, run_id, request_id, name, arguments)
         offered = self.offered.get(name)
         if offered is not None and offered.blocked is not None:
-            self._audit_blocked(caller, run_id, name, offered.blocked)
-            return _error(str(PinError(offered.blocked)))
-        call_id, same = self._call_id(caller, run_id, request_id, name, arguments)
+            with self.store.read() as tx:
+                recorded = tx.effect_for_call(run_id, call_id) is not None
+            if not recorded:  # a call the ledger holds is only replayed: the tool never runs
+                self._audit_blocked(caller, run_id, name, offered.blocked)
+                return _error(str(PinError(offered.blocked)))
         session = self._session(run_id)
         try:
             outcome = gate.call(run_id, ToolCall(call_id=call_id, tool=name, arguments=arguments))

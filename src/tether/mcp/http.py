@@ -86,6 +86,7 @@ async def serve_http(gateway: Gateway, host: str, port: int) -> None:
     """Serve the gateway at ``http://host:port/mcp`` until interrupted."""
     import uvicorn
 
+    gateway.over_http = True
     server = gateway.server()
     app = server.streamable_http_app(host=host)
     config = uvicorn.Config(
