@@ -18,6 +18,7 @@ from tests.mcp.helpers import (
     approve,
     audit_kinds,
     connected,
+    missing,
     pin_tools,
     policy_toml,
     required,
@@ -123,7 +124,7 @@ def test_git_status_and_an_approved_commit_made_once(tmp_path: Path, store: SQLi
     try:
         import mcp_server_git  # noqa: F401
     except ImportError:
-        required("mcp-server-git", "(not importable)")
+        missing("mcp-server-git is not installed (it is in the dev extra)")
     repo = (tmp_path / "repo").resolve()
     repo.mkdir()
     git(repo, "init", "-q")
