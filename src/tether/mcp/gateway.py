@@ -197,22 +197,22 @@ class Gateway:
         the pins anew (a restarted server may not be the one that was pinned)."""
         started = False
         while True:
-            async with AsyncExitStack() as stack:
-                try:
+            try:
+                async with AsyncExitStack() as stack:
                     await upstream.connect(stack)
-                except ConfigurationError as e:
-                    if not started:
-                        raise
-                    upstream.lost = f"reconnecting failed: {e}"
-                    await anyio.sleep(RECONNECT_DELAY_S)
-                    continue
-                if started:
-                    self.check(upstream)
-                    print(f"tether mcp: reconnected to '{upstream.id}'", file=self.errlog)
-                else:
-                    task_status.started()
-                    started = True
-                await upstream.gone.wait()
+                    if started:
+                        self.check(upstream)
+                        print(f"tether mcp: reconnected to '{upstream.id}'", file=self.errlog)
+                    else:
+                        task_status.started()
+                        started = True
+                    await upstream.gone.wait()
+            except Exception as e:
+                if not started:
+                    raise  # the gateway cannot start without it: the operator is told
+                # A connection that died can fail to close, or the server can fail to
+                # start again: either way the keeper carries on trying.
+                upstream.mark_lost(e)
             print(f"tether mcp: lost '{upstream.id}' ({upstream.lost})", file=self.errlog)
             await anyio.sleep(RECONNECT_DELAY_S)
 
