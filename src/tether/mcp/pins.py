@@ -109,7 +109,7 @@ _POISON = re.compile(
     r"|\b(do not|don't|never)\s+(tell|mention|inform|reveal|show|notify)\b[^.]{0,40}\b(user|human)"
     r"|\bwithout\s+(telling|informing|asking)\s+the\s+(user|human)"
     r"|\bbefore\s+(using|calling|running|invoking)\s+(this|any|the)\b[^.]{0,40}\b(read|call|send|run|fetch)"
-    r"|\b(the\s+)?(assistant|model|ai|llm|agent)\s+(must|should|has to|needs to)\b"
+    r"|\b(the\s+)?(assistant|model|ai|llm)\s+(must|has to|needs to)\b"
     r"|\binstead\s+of\s+(the\s+)?user\b"
     r"|~/\.ssh|\bid_rsa\b|\.aws/credentials|\bmcp\.json\b|\.env\b|/etc/passwd"
     r"|\b(send|forward|post|upload|email)\b[^.]{0,40}\b(to|at)\s+(https?://|[\w.+-]+@))",
