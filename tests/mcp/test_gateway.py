@@ -22,6 +22,9 @@ from tests.mcp.helpers import (
     witness,
     write_config,
 )
+from tether.decisions import decide_approval
+from tether.errors import TetherError
+from tether.identity import add_identity, authenticate
 from tether.ledger import EffectStatus
 from tether.mcp.config import GatewayConfig
 from tether.mcp.gateway import Caller
@@ -257,3 +260,37 @@ def test_a_session_budget_stops_calls_with_the_numbers(
             assert over.is_error and "need 1, remaining 0" in text(over), text(over)
 
     anyio.run(scenario)
+
+
+def test_a_denied_call_is_told_why_and_never_runs(
+    config: GatewayConfig, store: SQLiteStore, state: Path
+) -> None:
+    args = {"tenant": "acme", "key": "k", "value": "v"}
+
+    async def scenario() -> None:
+        await pin_tools(config)
+        async with connected(config, store) as (_, client):
+            approval = approval_id(await client.call_tool("save", args))
+            _, token = add_identity(store, "bob", "approver", now=time.time(), tenants=["acme"])
+            who = authenticate(store, token, "approver")
+            with pytest.raises(TetherError):  # bob is not an approver the policy names
+                decide_approval(store, approval, who, approve=False, now=time.time())
+            approve_as = authenticate(
+                store,
+                add_identity(store, "alice", "approver", now=time.time(), tenants=["acme"])[1],
+                "approver",
+            )
+            decide_approval(
+                store,
+                approval,
+                approve_as,
+                approve=False,
+                now=time.time(),
+                reason="not on a Friday",
+            )
+            denied = await client.call_tool("save", args)
+            assert denied.is_error and "not on a Friday" in text(denied), text(denied)
+
+    anyio.run(scenario)
+    assert witness(state) == []
+    assert "approval_denied" in audit_kinds(store)
