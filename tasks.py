@@ -88,6 +88,7 @@ def bench(args: list[str]) -> None:
         "bench_verify.py",
         "bench_adapters.py",
         "bench_dataflow.py",
+        "bench_mcp.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():

@@ -232,6 +232,16 @@ class OutcomeUnknown(TetherError):
         self.operation_key = operation_key
 
 
+class UpstreamLost(TetherError, TimeoutError):
+    """An MCP upstream's connection ended while a call was in flight: it may have acted, so
+    the gate records the effect as unknown (a ``TimeoutError``, as for a tool that timed out)."""
+
+
+class PinError(Denied):
+    """An MCP tool is not offered as pinned: it drifted since ``tether mcp pin``, or it was
+    never pinned. What changed is in the message."""
+
+
 class StoreError(TetherError):
     """The store cannot do what was asked; the message keeps the driver's own words."""
 

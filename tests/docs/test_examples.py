@@ -32,6 +32,15 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "audit intact:",
         '{"executions": 1, "expected": 1,',
     ),
+    "mcp_gateway.py": (
+        "pinned notes/read_note (sha256:",
+        "offered: ['read_note', 'write_note']",
+        "read: ship the release notes",
+        "write: tether: 'write_note' needs a human's approval before it runs (approval apr-",
+        "after approval: saved todo",
+        "a second write asks again: True",
+        '{"executions": 1, "expected": 1, "framework": "mcp"}',
+    ),
     "openai_agents_approval.py": (
         "interrupted: save_note, tether approval apr-",
         "resumed: Saved the plan. (approved by editor-1, cred-",

@@ -22,7 +22,8 @@ def test_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_readme_policy_file_loads() -> None:
     from tether import Policy
 
-    toml = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)[0]
+    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+    [toml] = [b for b in blocks if "policy-4" in b]
     policy = Policy.from_toml(toml)
     assert policy.version == "policy-4"
     assert policy.approvers_for("refund") == frozenset({"finance-1"})
@@ -39,3 +40,22 @@ def test_readme_flow_policy_loads() -> None:
     assert policy.flow.tiers[Risk.WRITE].trusted is Verdict.ALLOW
     assert policy.flow.tools["get_webpage"].egress == ("url",)
     assert [s.after for s in policy.flow.session] == ["flagged_output", "untrusted_output"]
+
+
+def test_readme_gateway_config_loads(tmp_path: Path) -> None:
+    from tether.mcp.config import load_config
+    from tether.tools import Risk
+
+    [toml] = [
+        b
+        for b in re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+        if "[servers.fs]" in b
+    ]
+    path = tmp_path / "gateway.toml"
+    path.write_text(toml)
+    config = load_config(path)
+    assert [t.key for t in config.tools()] == ["fs/read_text_file", "fs/write_file"]
+    assert config.tools()[1].risk is Risk.WRITE
+    [rule] = config.policy.tools["write_file"].constraints
+    assert rule.violation({"path": "/home/me/notes/../.ssh/id_rsa"}) is not None
+    assert rule.violation({"path": "/home/me/notes/todo.md"}) is None

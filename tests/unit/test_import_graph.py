@@ -26,6 +26,7 @@ OUTER = (
     "tether.adapters.openai_agents",
     "tether.adapters.pydantic_ai",
     "tether.web",
+    "tether.mcp",
 )
 
 

@@ -39,6 +39,7 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "audit": ("tether.cli_audit", "audit", "Inspect the hash-chained audit log."),
     "serve": ("tether.cli.serve", "serve", "Serve the approval inbox: pages and a JSON API."),
     "notify": ("tether.cli.serve", "notify", "Deliver approval notifications to webhooks."),
+    "mcp": ("tether.cli.mcp", "mcp", "The MCP gateway: govern any MCP server's tools."),
 }
 
 

@@ -1,0 +1,177 @@
+"""``tether mcp``: the MCP gateway (``pip install 'tether[mcp]'``).
+
+    tether mcp pin --config gateway.toml       record each configured tool's digest
+    tether mcp inspect --config gateway.toml   review every upstream tool before exposing it
+    tether mcp serve --config gateway.toml     serve over stdio (or --http)
+
+Loaded only when used (``tether --help`` does not import the MCP SDK)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+from tether.cli.output import echo_json, note
+from tether.cli_common import JSON_OPTION, open_cli_store
+
+if TYPE_CHECKING:
+    from tether.mcp.config import GatewayConfig
+
+CONFIG_OPTION = click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The gateway config (gateway.toml); its lock file sits beside it.",
+)
+DB_OVERRIDE = click.option(
+    "--db",
+    "db",
+    envvar="TETHER_DB",
+    default=None,
+    help="Store URL (default: the config's [gateway] db, else sqlite:///tether.db).",
+)
+
+
+def _load(config_path: str) -> GatewayConfig:
+    try:
+        from tether.mcp.config import load_config
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise click.ClickException(
+            f"tether mcp needs the MCP SDK: pip install 'tether[mcp]' ({e})"
+        ) from e
+    return load_config(config_path)
+
+
+@click.group()
+def mcp() -> None:
+    """The MCP gateway: govern any MCP server's tools (pin, inspect, serve)."""
+
+
+@mcp.command("pin")
+@CONFIG_OPTION
+@JSON_OPTION
+@click.option(
+    "--accept",
+    "accept",
+    multiple=True,
+    metavar="SERVER/TOOL",
+    help="Pin this tool even though its text looks poisoned (you have reviewed it).",
+)
+def pin_command(config_path: str, as_json: bool, accept: tuple[str, ...]) -> None:
+    """Connect to each upstream and pin its configured tools' digests in the lock file.
+
+    A tool whose description carries instructions aimed at the model is not pinned (so not
+    offered) unless --accept names it; the command then exits 1."""
+    import anyio
+
+    from tether.mcp.pins import read_lock, write_lock
+    from tether.mcp.review import pin, review, survey
+
+    config = _load(config_path)
+    lock = read_lock(config.lock_path)
+    found = anyio.run(survey, config, sys.stderr)
+    rows = review(config, lock, {sid: snaps for sid, (_, snaps) in found.items()})
+    new, pinned, problems = pin(rows, lock, accept=set(accept), now=time.time())
+    write_lock(config.lock_path, new)
+    if as_json:
+        echo_json({"lock": str(config.lock_path), "pinned": pinned, "problems": problems})
+    else:
+        for key in pinned:
+            click.echo(f"pinned {key} ({new.tools[key].digest})")
+        for problem in problems:
+            note(f"error: {problem}")
+        click.echo(f"lock file: {config.lock_path}")
+    if problems:
+        sys.exit(1)
+
+
+@mcp.command("inspect")
+@CONFIG_OPTION
+@JSON_OPTION
+def inspect_command(config_path: str, as_json: bool) -> None:
+    """List every upstream tool: offered or not, its tier, its pin status, what looks
+    poisoned in it, and what the policy would do with a call to it."""
+    import anyio
+
+    from tether.mcp.pins import read_lock
+    from tether.mcp.review import review, survey
+
+    config = _load(config_path)
+    lock = read_lock(config.lock_path)
+    found = anyio.run(survey, config, sys.stderr)
+    rows = review(config, lock, {sid: snaps for sid, (_, snaps) in found.items()})
+    data = [row.to_dict(config.policy) for row in rows]
+    if as_json:
+        echo_json({"config": str(config.path), "lock": str(config.lock_path), "tools": data})
+        return
+    for sid, (upstream, _) in found.items():
+        click.echo(
+            f"server {sid}: {upstream.server_name or '?'} {upstream.server_version or ''} "
+            f"({config.servers[sid].describe()})"
+        )
+    for row in data:
+        click.echo(
+            f"{row['tool']}" + (f" (offered as {row['offered_as']})" if row["offered_as"] else "")
+        )
+        click.echo(f"  pin      {row['pin']}")
+        hints = row["annotations"] or {}
+        if hints:
+            said = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(hints.items()))
+            click.echo(f"  hints    {said} (the server's say-so: may only make it stricter)")
+        if row["risk"] is not None:
+            raised = (
+                f" (configured {row['configured_risk']}, raised by its annotations)"
+                if row["risk"] != row["configured_risk"]
+                else ""
+            )
+            click.echo(f"  risk     {row['risk']}{raised}")
+            click.echo(f"  policy   {row['policy']}")
+        for finding in row["findings"]:
+            click.echo(f"  POISONED {finding}")
+
+
+@mcp.command("serve")
+@CONFIG_OPTION
+@DB_OVERRIDE
+@click.option("--http", "http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
+@click.option("--host", default=None, help="HTTP host (default: the config's, 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="HTTP port (default: the config's, 8765).")
+def serve_command(
+    config_path: str, db: str | None, http: bool, host: str | None, port: int | None
+) -> None:
+    """Serve the configured, pinned tools through tether's gate: over stdio (the client
+    starts this command; it acts for the config's [principal], or for the principal
+    credential in $TETHER_PRINCIPAL_TOKEN), or with --http at http://HOST:PORT/mcp (each
+    caller presents a principal credential as a bearer token)."""
+    import os
+
+    import anyio
+
+    config = _load(config_path)
+    url = db or config.db or "sqlite:///tether.db"
+
+    async def main() -> None:
+        from tether.identity import authenticate
+        from tether.mcp.gateway import Gateway, serve_stdio
+
+        with open_cli_store(url) as store:
+            token = os.environ.get("TETHER_PRINCIPAL_TOKEN")
+            who = authenticate(store, token, "principal") if token and not http else None
+            async with Gateway(config, store, errlog=sys.stderr, identity=who) as gateway:
+                offered = ", ".join(sorted(gateway.offered)) or "none"
+                if http:
+                    from tether.mcp.http import serve_http
+
+                    h, p = host or config.http_host, port or config.http_port
+                    note(f"tether mcp: serving {offered} at http://{h}:{p}/mcp")
+                    await serve_http(gateway, h, p)
+                else:
+                    note(f"tether mcp: serving {offered} over stdio")
+                    await serve_stdio(gateway)
+
+    anyio.run(main)

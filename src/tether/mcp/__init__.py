@@ -1,0 +1,40 @@
+"""The MCP gateway (``pip install 'tether[mcp]'``): any MCP server's tools behind tether's
+gate, with no change to the agent.
+
+- ``config``: ``gateway.toml`` — upstream servers, the tools offered and their manifests,
+  who calls, the policy;
+- ``pins``: tool digests, the lock file beside the config, poisoning findings;
+- ``upstream``: one connection to an upstream server (the SDK's client);
+- ``gateway``: the MCP server whose ``tools/call`` passes the gate (``tether mcp serve``);
+- ``http``: the gateway over streamable HTTP, callers authenticated by credential;
+- ``review``: what ``tether mcp pin`` and ``inspect`` show;
+- ``client``: ``GovernedSession``, the same pipeline around an ``mcp.ClientSession``.
+
+Names load on first use, so ``import tether.mcp`` does not import the SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.mcp.client import GovernedSession
+    from tether.mcp.config import GatewayConfig, load_config
+    from tether.mcp.gateway import Gateway
+
+__all__ = ["Gateway", "GatewayConfig", "GovernedSession", "load_config"]
+
+_WHERE = {
+    "Gateway": "tether.mcp.gateway",
+    "GatewayConfig": "tether.mcp.config",
+    "GovernedSession": "tether.mcp.client",
+    "load_config": "tether.mcp.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tether.mcp' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,616 @@
+"""The gateway: an MCP server whose tools are other MCP servers' tools, each call through
+tether's gate.
+
+``tools/list`` offers only the tools the config names and the lock pins, exactly as they were
+pinned (the reviewed description, not whatever the server says today). ``tools/call`` is
+judged by the gate like any tool call — policy, approvals, budgets, ledger, audit,
+redaction, screening — and a tool that drifted from its pin is refused, saying what changed.
+
+Calls and runs. Each MCP session is one tether run (over stdio: the gateway process's one
+connection; over HTTP: the ``Mcp-Session-Id`` with the caller's credential), and each request
+is one call whose id comes from the JSON-RPC request id. A client that sends the same request
+again after a dropped connection therefore meets the ledger's record of it: the recorded
+result if it ran, never a second execution. A call that needs approval answers with a tool
+error naming the approval; a later request with the same tool and arguments in the same
+session is that call again (it proceeds once approved, exactly once).
+
+Threads. The gate is synchronous (SQLite, PostgreSQL), the SDK is async: a call is judged in
+a worker thread, and the tool's handler — the one place the gate hands control to the tool —
+calls the upstream back on the event loop through a blocking portal. Crash, timeout and
+error handling are the gate's: an upstream that answers ``isError`` is a failed effect, one
+whose connection dies mid-call an unknown effect (``tether effects``, ``tether recover``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+
+from tether.approvals import ApprovalStatus
+from tether.budget import Budget
+from tether.digest import canonical_json, sha256_hex
+from tether.errors import (
+    ApprovalRequired,
+    ConfigurationError,
+    PinError,
+    TetherError,
+)
+from tether.gate import Gate, ToolCall
+from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
+from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
+from tether.mcp.upstream import Upstream
+from tether.planner import Outcome
+from tether.policy import Principal
+from tether.tools import Manifest, Registry
+
+if TYPE_CHECKING:
+    import mcp
+    import mcp_types
+    from mcp.server import Server
+
+    from tether.identity import Identity
+    from tether.store.base import Store
+
+__all__ = ["Caller", "Gateway", "Offered"]
+
+APPROVAL_META = "io.tether/approval"
+OUTCOME_META = "io.tether/outcome"
+RECONNECT_DELAY_S = 0.5
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls, in which session: the principal and the tether run the session is."""
+
+    principal: Principal
+    session: str
+    credential_id: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        # The credential is part of the run's name, so a session id someone else learnt
+        # does not give them that session's run (or its recorded results).
+        seed = canonical_json([self.credential_id, self.principal.subject, self.session])
+        return "mcp-" + sha256_hex(seed)[:24]
+
+
+@dataclass
+class Offered:
+    """A configured, pinned tool as the gateway offers it."""
+
+    config: ToolConfig
+    pinned: PinnedTool
+    manifest: Manifest
+    blocked: str | None = None  # why it is refused now (drift, gone from the server)
+
+    def listing(self) -> dict[str, Any]:
+        """The tool as the client is shown it: as pinned, under the offered name. Results
+        reach the client as screened text, so no output schema is promised."""
+        snap = self.pinned.snapshot
+        tool: dict[str, Any] = {
+            "name": self.config.name,
+            "description": snap.get("description") or "",
+            "inputSchema": dict(self.manifest.parameters),
+        }
+        if snap.get("title"):
+            tool["title"] = snap["title"]
+        if snap.get("annotations"):
+            tool["annotations"] = snap["annotations"]
+        return tool
+
+
+@dataclass
+class _Session:
+    # (tool, argument digest) -> the call that asked for approval and has not run yet.
+    asked: dict[tuple[str, str], str] = field(default_factory=dict)
+    # A new request that repeats an asked call is that call: its own call id -> the asked
+    # call's (kept for the session, so a retry of the request replays the same call).
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+class Gateway:
+    """Connect the upstreams, check the pins, and judge each ``tools/call``. Use as
+    ``async with Gateway(config, store) as gw``; ``gw.server()`` is the MCP server."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: Store,
+        *,
+        lock: Lock | None = None,
+        errlog: TextIO | None = None,
+        budget: Budget | None = None,
+        attached: Mapping[str, mcp.ClientSession] | None = None,
+        pin_on_open: bool = False,
+        identity: Identity | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.lock = lock if lock is not None else read_lock(config.lock_path)
+        self.errlog = errlog if errlog is not None else sys.stderr
+        self.budget = budget if budget is not None else config.budget
+        # Sessions opened by the caller (tether.mcp.client), by server id; and whether to
+        # pin what they list at open (the in-process wrapper without a lock file).
+        self.attached = dict(attached or {})
+        self.pin_on_open = pin_on_open
+        # Over stdio: an authenticated principal credential ($TETHER_PRINCIPAL_TOKEN), else
+        # the config's [principal].
+        self.identity = identity
+        self.upstreams: dict[str, Upstream] = {}
+        self.offered: dict[str, Offered] = {}
+        self.unpinned: list[str] = []
+        self.gate: Gate | None = None
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._stack: AsyncExitStack | None = None
+        self._sessions: dict[str, _Session] = {}  # by run id
+        self._runs: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def __aenter__(self) -> Gateway:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)  # runs first on close: stop re-listings
+            self._portal = await stack.enter_async_context(anyio.from_thread.BlockingPortal())
+            for sid, server in self.config.servers.items():
+                upstream = Upstream(
+                    server, on_change=self._changed, errlog=self.errlog, spawn=tg.start_soon
+                )
+                if sid in self.attached:
+                    await upstream.attach(self.attached[sid])
+                else:
+                    await tg.start(self._keep_connected, upstream)
+                self.upstreams[sid] = upstream
+            if self.pin_on_open:
+                self.lock = self._pin_current()
+            self._build()
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+    async def _keep_connected(
+        self, upstream: Upstream, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        """Own one upstream connection for the gateway's life: connect (a failure at start
+        is the gateway's), and when it is lost — a crash mid-call — connect again, checking
+        the pins anew (a restarted server may not be the one that was pinned)."""
+        started = False
+        while True:
+            try:
+                async with AsyncExitStack() as stack:
+                    await upstream.connect(stack)
+                    if started:
+                        self.check(upstream)
+                        print(f"tether mcp: reconnected to '{upstream.id}'", file=self.errlog)
+                    else:
+                        task_status.started()
+                        started = True
+                    await upstream.gone.wait()
+            except Exception as e:
+                if not started:
+                    raise  # the gateway cannot start without it: the operator is told
+                # A connection that died can fail to close, or the server can fail to
+                # start again: either way the keeper carries on trying.
+                upstream.mark_lost(e)
+            print(f"tether mcp: lost '{upstream.id}' ({upstream.lost})", file=self.errlog)
+            await anyio.sleep(RECONNECT_DELAY_S)
+
+    def _pin_current(self) -> Lock:
+        """A lock of what the upstreams list now, refusing what looks poisoned."""
+        from tether.mcp.pins import PinnedTool, poisoning_findings
+
+        tools = dict(self.lock.tools)
+        for tool in self.config.tools():
+            current = self.upstreams[tool.server].tools.get(tool.upstream_name)
+            if current is None or tool.key in tools:
+                continue
+            snap = self.current_snapshot(self.upstreams[tool.server], current)
+            findings = poisoning_findings(snap)
+            if findings:
+                print(
+                    f"tether mcp: {tool.key} is not offered: {'; '.join(findings)}",
+                    file=self.errlog,
+                )
+                continue
+            tools[tool.key] = PinnedTool(
+                key=tool.key, digest=tool_digest(snap), snapshot=snap, pinned_at=time.time()
+            )
+        return Lock(tools)
+
+    def _build(self) -> None:
+        registry = Registry()
+        for tool in self.config.tools():
+            pinned = self.lock.get(tool.key)
+            if pinned is None:
+                self.unpinned.append(tool.key)
+                continue
+            snap = pinned.snapshot
+            schema = snap.get("inputSchema") or {"type": "object"}
+            try:
+                manifest = Manifest(
+                    name=tool.name,
+                    parameters=schema,
+                    version=str(snap.get("version") or "1"),
+                    server_id=tool.server,
+                    description=str(snap.get("description") or ""),
+                    risk=effective_risk(tool.risk, snap.get("annotations")),
+                    required_scope=tool.required_scope,
+                    allowed_tenants=tool.allowed_tenants,
+                    max_result_bytes=tool.max_result_bytes,
+                    sensitive_fields=tool.sensitive_fields,
+                    timeout_s=tool.timeout_s,
+                    cost=tool.cost,
+                    tenant_path=tool.tenant_path,
+                    tenant_scoped=tool.tenant_scoped,
+                )
+            except ConfigurationError as e:
+                raise ConfigurationError(
+                    f"gateway config {self.config.path}: servers.{tool.server}.tools."
+                    f"{tool.upstream_name}: {e}"
+                ) from e
+            registry.add(manifest, self._handler(tool))
+            self.offered[tool.name] = Offered(tool, pinned, manifest)
+        registry.pin()
+        for key in self.unpinned:
+            print(
+                f"tether mcp: {key} is configured but not pinned, so it is not offered; "
+                "review it with `tether mcp inspect` and pin it with `tether mcp pin`",
+                file=self.errlog,
+            )
+        self.gate = Gate(registry, self.config.policy, self.store)
+        for upstream in self.upstreams.values():
+            self.check(upstream)
+
+    def check(self, upstream: Upstream) -> None:
+        """Block each of ``upstream``'s offered tools that no longer matches its pin."""
+        for offered in self.offered.values():
+            if offered.config.server != upstream.id:
+                continue
+            current = upstream.tools.get(offered.config.upstream_name)
+            if current is None:
+                offered.blocked = (
+                    f"MCP server '{upstream.id}' no longer offers '{offered.config.upstream_name}'"
+                )
+                continue
+            snap = self.current_snapshot(upstream, current)
+            if tool_digest(snap) == offered.pinned.digest:
+                offered.blocked = None
+                continue
+            what = ", ".join(changes(offered.pinned.snapshot, snap))
+            offered.blocked = (
+                f"'{offered.config.name}' changed on MCP server '{upstream.id}' since it was "
+                f"pinned ({what}); it is refused until an operator reviews it (tether mcp "
+                f"inspect --config {self.config.path}) and pins it again (tether mcp pin)"
+            )
+
+    @staticmethod
+    def current_snapshot(upstream: Upstream, tool: Mapping[str, Any]) -> dict[str, Any]:
+        return snapshot(
+            tool,
+            server_id=upstream.id,
+            server_name=upstream.server_name,
+            version=upstream.server_version,
+        )
+
+    async def _changed(self, upstream: Upstream) -> None:
+        self.check(upstream)
+
+    # -- what the client sees ----------------------------------------------------------------
+    def listing(self) -> list[dict[str, Any]]:
+        return [self.offered[n].listing() for n in sorted(self.offered)]
+
+    def server(self) -> Server[Any]:
+        """The MCP server (the SDK's low-level ``Server``) offering the gateway's tools."""
+        import mcp_types
+        from mcp.server import Server
+
+        async def list_tools(
+            ctx: Any, params: mcp_types.PaginatedRequestParams | None
+        ) -> mcp_types.ListToolsResult:
+            return mcp_types.ListToolsResult.model_validate({"tools": self.listing()})
+
+        async def call_tool(
+            ctx: Any, params: mcp_types.CallToolRequestParams
+        ) -> mcp_types.CallToolResult:
+            caller = self.caller_for(ctx)
+            return await self.call_tool(
+                caller, ctx.request_id, params.name, dict(params.arguments or {})
+            )
+
+        return Server(
+            self.config.name,
+            version=_version(),
+            instructions="Tools offered through tether: each call is judged by policy, some "
+            "need a human's approval before they run.",
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+        )
+
+    # Over stdio the gateway serves one client for its whole life: one session.
+    stdio_session: str = ""
+    over_http: bool = False  # set by ``http.serve_http``
+
+    def caller_for(self, ctx: Any) -> Caller:
+        """Who sends this request: the config's principal over stdio; over HTTP the
+        principal of the bearer credential (checked by ``http.authenticated``)."""
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        if headers is not None or self.over_http:
+            from tether.mcp.http import caller_from_headers
+
+            # Over HTTP a request without headers is refused, never taken for the config's
+            # principal.
+            return caller_from_headers(self.store, headers or {})
+        if not self.stdio_session:
+            self.stdio_session = uuid.uuid4().hex
+        if self.identity is not None:
+            return Caller(
+                self.identity.principal(), self.stdio_session, self.identity.credential_id
+            )
+        if self.config.principal is None:
+            raise ConfigurationError(
+                f"gateway config {self.config.path} has no [principal]: over stdio the "
+                "gateway acts for the principal the config names, or for the principal "
+                "credential in TETHER_PRINCIPAL_TOKEN"
+            )
+        return Caller(self.config.principal, self.stdio_session)
+
+    # -- a call ------------------------------------------------------------------------------
+    async def call_tool(
+        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        """Judge and, if allowed, run one ``tools/call``; every answer is a tool result
+        (refusals and approvals are ``isError`` results the model can read)."""
+        # The gate and the store block: they run in a worker thread, the tool calls back.
+        return await anyio.to_thread.run_sync(self._govern, caller, request_id, name, arguments)
+
+    def _govern(
+        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        gate = self._gate()
+        run_id = self._ensure_run(caller)
+        call_id, same = self._call_id(caller, run_id, request_id, name, arguments)
+        offered = self.offered.get(name)
+        if offered is not None and offered.blocked is not None:
+            with self.store.read() as tx:
+                recorded = tx.effect_for_call(run_id, call_id) is not None
+            if not recorded:  # a call the ledger holds is only replayed: the tool never runs
+                self._audit_blocked(caller, run_id, name, offered.blocked)
+                return _error(str(PinError(offered.blocked)))
+        session = self._session(run_id)
+        try:
+            outcome = gate.call(run_id, ToolCall(call_id=call_id, tool=name, arguments=arguments))
+        except ApprovalRequired as wait:
+            session.asked[same] = call_id
+            return _approval_error(wait, call_id)
+        except TetherError as e:
+            return _error(f"tether: {e}")
+        if session.asked.get(same) == call_id:
+            del session.asked[same]  # it ran: the same arguments again are a new call
+        return _result(outcome)
+
+    def _gate(self) -> Gate:
+        if self.gate is None:
+            raise ConfigurationError("the gateway is not started: use `async with Gateway(...)`")
+        return self.gate
+
+    def _ensure_run(self, caller: Caller) -> str:
+        run_id = caller.run_id
+        if run_id in self._runs:
+            return run_id
+        with self._lock:
+            if run_id not in self._runs:
+                with self.store.read() as tx:
+                    exists = tx.get_run(run_id) is not None
+                if not exists:
+                    self._gate().start_run(caller.principal, budget=self.budget, run_id=run_id)
+                self._runs.add(run_id)
+        return run_id
+
+    def _call_id(
+        self, caller: Caller, run_id: str, request_id: Any, name: str, arguments: dict[str, Any]
+    ) -> tuple[str, tuple[str, str]]:
+        """The call a request is — its own (from the request id), or, for a new request
+        repeating a call that asked for approval, that call — and the (tool, argument
+        digest) pair that names "the same call" in this session."""
+        raw = str(request_id)
+        own = "mcp-" + (raw if _SAFE_ID.match(raw) else sha256_hex(raw)[:32])
+        same = (name, "sha256:" + sha256_hex(canonical_json(arguments)))
+        session = self._session(run_id)
+        alias = session.aliases.get(own)
+        if alias is not None:
+            return alias, same
+        asked = session.asked.get(same)
+        if asked is None or asked == own:
+            return own, same
+        # A request the ledger already knows under its own id (a retry of it) stays itself.
+        with self.store.read() as tx:
+            if tx.effect_for_call(run_id, own) or tx.find_approval(run_id, own):
+                return own, same
+        session.aliases[own] = asked
+        return asked, same
+
+    def _session(self, run_id: str) -> _Session:
+        """The session's calls waiting on approvals: read from the store the first time
+        this process sees the session (it may have asked before a restart), kept after."""
+        session = self._sessions.get(run_id)
+        if session is None:
+            session = _Session()
+            latest: dict[tuple[str, str], Any] = {}
+            for a in self.store.list_approvals(run_id=run_id):
+                key = (a.tool, a.argument_digest)
+                if key not in latest or a.created_at > latest[key].created_at:
+                    latest[key] = a
+            for key, a in latest.items():
+                if a.status not in (ApprovalStatus.USED, ApprovalStatus.EDITED):
+                    session.asked[key] = a.call_id
+            session = self._sessions.setdefault(run_id, session)
+        return session
+
+    def _audit_blocked(self, caller: Caller, run_id: str, name: str, why: str) -> None:
+        with self.store.transaction() as tx:
+            tx.append_audit(
+                "mcp_tool_blocked",
+                at=time.time(),
+                run_id=run_id,
+                actor=caller.principal.subject,
+                data={"tool": name, "reason": why},
+            )
+
+    def _handler(self, tool: ToolConfig) -> Any:
+        """The registry's handler for an upstream tool: the gate calls it (in the worker
+        thread) once it has recorded the call as dispatched."""
+
+        def handler(**arguments: Any) -> Any:
+            portal = self._portal
+            if portal is None:
+                raise ConfigurationError("the gateway is not running")
+            return portal.call(self._upstream_call, tool, arguments)
+
+        handler.__name__ = tool.name
+        return handler
+
+    async def _upstream_call(self, tool: ToolConfig, arguments: dict[str, Any]) -> Any:
+        result = await self.upstreams[tool.server].call(tool.upstream_name, arguments)
+        text = _text(result)
+        if result.is_error:
+            raise UpstreamToolError(tool.key, text)
+        if result.structured_content is not None:
+            return result.structured_content
+        return text
+
+
+class UpstreamToolError(RuntimeError):
+    """The upstream answered the call with ``isError``: the gate records a failed effect."""
+
+    def __init__(self, tool: str, text: str) -> None:
+        super().__init__(f"{tool} answered with an error: {text[:2000]}")
+
+
+def _text(result: mcp_types.CallToolResult) -> str:
+    parts: list[str] = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            kind = getattr(block, "type", "content")
+            mime = getattr(block, "mime_type", None)
+            parts.append(f"[{kind}{' ' + mime if mime else ''} omitted by the gateway]")
+    return "\n".join(parts)
+
+
+def _result(outcome: Outcome) -> mcp_types.CallToolResult:
+    import mcp_types
+
+    meta = {
+        OUTCOME_META: {
+            "operation_key": outcome.operation_key,
+            "status": outcome.status.value,
+            "replayed": outcome.replayed,
+            "policy_decision": outcome.policy_decision,
+            "flags": list(outcome.flags),
+        }
+    }
+    return mcp_types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": outcome.text}], "isError": False, "_meta": meta}
+    )
+
+
+def _error(text: str, meta: Mapping[str, Any] | None = None) -> mcp_types.CallToolResult:
+    import mcp_types
+
+    body: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
+    if meta:
+        body["_meta"] = dict(meta)
+    return mcp_types.CallToolResult.model_validate(body)
+
+
+def _approval_error(wait: ApprovalRequired, call_id: str) -> mcp_types.CallToolResult:
+    text = (
+        f"tether: '{wait.action_name}' needs a human's approval before it runs (approval "
+        f"{wait.approval_id}). An approver approves it with `tether approvals approve "
+        f"{wait.approval_id}` (their credential in TETHER_APPROVER_TOKEN); then call "
+        "'{tool}' again with the same arguments and it runs, once. Nothing has run yet."
+    ).replace("{tool}", wait.action_name)
+    meta = {
+        APPROVAL_META: {
+            "approval_id": wait.approval_id,
+            "status": "pending",
+            "call_id": call_id,
+            "expires_at": wait.expires_at,
+            "approve": f"tether approvals approve {wait.approval_id}",
+        }
+    }
+    return _error(text, meta)
+
+
+async def serve_stdio(gateway: Gateway) -> None:
+    """Serve the gateway over this process's stdin and stdout until the client leaves."""
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+
+    server = gateway.server()
+    async with stdio_server() as (read, write):
+        # The SDK drops a line it cannot decode without a word; JSON-RPC wants an error
+        # answer (id null), so the client knows the gateway is alive and what it sent wrong.
+        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def forward() -> None:
+            async with send:
+                async for item in read:
+                    if isinstance(item, Exception):
+                        await write.send(SessionMessage(protocol_error(item)))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forward)
+            await server.run(receive, write, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+def protocol_error(error: Exception) -> Any:
+    """The JSON-RPC error answering a line that is not a JSON-RPC message."""
+    import mcp_types
+    import pydantic
+
+    not_json = isinstance(error, pydantic.ValidationError) and any(
+        e.get("type") == "json_invalid" for e in error.errors()
+    )
+    code, what = (-32700, "Parse error") if not_json else (-32600, "Invalid Request")
+    return mcp_types.JSONRPCError(
+        jsonrpc="2.0",
+        id=None,
+        error=mcp_types.ErrorData(code=code, message=f"{what}: {str(error)[:200]}"),
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tether")
+    except PackageNotFoundError:  # pragma: no cover - a source checkout not installed
+        return "0"

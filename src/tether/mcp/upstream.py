@@ -1,0 +1,208 @@
+"""One connection to an upstream MCP server, through the official SDK's client.
+
+The gateway speaks the handshake era (``mode="legacy"``) to upstreams: every published
+server understands it, and its ``notifications/tools/list_changed`` arrive unasked, which
+is how a server announces a changed tool. The SDK's response cache is off: a listing served
+from a cache could hide a drift.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+
+from tether.errors import ConfigurationError, UpstreamLost
+from tether.mcp.config import ServerConfig
+
+if TYPE_CHECKING:
+    import mcp
+    import mcp_types
+
+__all__ = ["Upstream", "is_connection_lost"]
+
+OnChange = Callable[["Upstream"], Awaitable[None]]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
+
+
+class Upstream:
+    """A connected upstream server: its identity, its current tools, calls to them."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        on_change: OnChange | None = None,
+        errlog: TextIO | None = None,
+        spawn: Spawn | None = None,
+    ) -> None:
+        self.config = config
+        self.on_change = on_change
+        self.spawn = spawn
+        self.errlog = errlog
+        self.session: mcp.ClientSession | None = None
+        self.server_name: str | None = None
+        self.server_version: str | None = None
+        self.tools: dict[str, dict[str, Any]] = {}  # upstream name -> wire form of the Tool
+        self.lost: str | None = None  # why the connection ended, once it has
+        self.gone = anyio.Event()  # set when it ends: the gateway's keeper reconnects
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    async def connect(self, stack: AsyncExitStack) -> None:
+        import mcp
+
+        target: Any
+        if self.config.url is not None:
+            target = self.config.url
+            if self.config.headers:
+                import httpx2
+
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(headers=dict(self.config.headers), timeout=30)
+                )
+                from mcp.client.streamable_http import streamable_http_client
+
+                target = streamable_http_client(self.config.url, http_client=http)
+        else:
+            assert self.config.command is not None
+            target = _StdioTransport(
+                mcp.StdioServerParameters(
+                    command=self.config.command,
+                    args=list(self.config.args),
+                    env=None if self.config.env is None else dict(self.config.env),
+                    cwd=self.config.cwd,
+                ),
+                self.errlog if self.errlog is not None else sys.stderr,
+            )
+        client = mcp.Client(target, mode="legacy", cache=None, message_handler=self._message)
+        try:
+            await stack.enter_async_context(client)
+        except Exception as e:
+            raise ConfigurationError(
+                f"cannot connect to MCP server '{self.id}' ({self.config.describe()}): {e!r}"
+            ) from e
+        await self.attach(client.session)
+
+    async def attach(self, session: mcp.ClientSession) -> None:
+        """Use a session someone else opened (and closes): the in-process wrapper's case.
+        Its ``list_changed`` notifications reach its own message handler, not this one;
+        ``refresh`` re-lists on demand."""
+        self.session = session
+        self.lost = None
+        self.gone = anyio.Event()
+        info = session.server_info
+        self.server_name = info.name if info is not None else None
+        self.server_version = info.version if info is not None else None
+        await self.refresh()
+
+    async def refresh(self) -> None:
+        """List the server's tools again (every page)."""
+        import mcp_types
+
+        session = self._connected()
+        tools: dict[str, dict[str, Any]] = {}
+        cursor: str | None = None
+        for _ in range(1000):
+            page = await session.list_tools(params=mcp_types.PaginatedRequestParams(cursor=cursor))
+            for tool in page.tools:
+                tools[tool.name] = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        self.tools = tools
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """Call a tool; a connection that ends mid-call raises ``UpstreamLost``."""
+        session = self._connected()
+        try:
+            return await session.call_tool(name, arguments)
+        except Exception as e:
+            if is_connection_lost(e):
+                self.mark_lost(e)
+                raise UpstreamLost(
+                    f"MCP server '{self.id}' went away during '{name}' ({e!r}); whether it "
+                    "acted is unknown"
+                ) from e
+            raise
+
+    async def _relist(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as e:
+            if not is_connection_lost(e):
+                raise
+            self.mark_lost(e)
+            return
+        if self.on_change is not None:
+            await self.on_change(self)
+
+    def _connected(self) -> mcp.ClientSession:
+        if self.session is None:
+            raise ConfigurationError(f"MCP server '{self.id}' is not connected")
+        if self.lost is not None:
+            raise ConfigurationError(
+                f"MCP server '{self.id}' is not connected ({self.lost}); the gateway is "
+                "reconnecting, try again shortly"
+            )
+        return self.session
+
+    async def _message(self, message: Any) -> None:
+        import mcp_types
+
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            # Listing again is a request: not from inside the session's receive loop, which
+            # would wait for its own answer.
+            if self.spawn is not None:
+                self.spawn(self._relist)
+            else:
+                await self._relist()
+        elif isinstance(message, Exception) and is_connection_lost(message):
+            self.mark_lost(message)
+
+    def mark_lost(self, error: BaseException) -> None:
+        if self.lost is None:
+            self.lost = f"{type(error).__name__}: {error}"
+        self.gone.set()
+
+
+def is_connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` says the transport ended (not that the server answered "no")."""
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(error, MCPError):
+        from mcp_types import CONNECTION_CLOSED
+
+        return error.code == CONNECTION_CLOSED
+    return isinstance(
+        error,
+        anyio.ClosedResourceError
+        | anyio.BrokenResourceError
+        | anyio.EndOfStream
+        | ConnectionError
+        | EOFError,
+    )
+
+
+class _StdioTransport:
+    """``stdio_client`` with the server's stderr sent where the gateway says (a gateway
+    serving over stdio must keep its own stdout clean, and tests keep servers quiet)."""
+
+    def __init__(self, params: Any, errlog: TextIO) -> None:
+        self.params = params
+        self.errlog = errlog
+        self._cm: Any = None
+
+    async def __aenter__(self) -> Any:
+        from mcp.client.stdio import stdio_client
+
+        self._cm = stdio_client(self.params, errlog=self.errlog)
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._cm.__aexit__(*exc)
