@@ -6,6 +6,10 @@ processes may resume the same pause. ``UserInputs.note`` records (``Gate.record_
 the texts the run does not hold yet, so the run's inputs list each message once however
 often it is seen. Only the adapters decide what counts as the user's: the user role of the
 framework's own input, never a tool's output or a system prompt.
+
+The check and the write are two transactions (the write is the gate's, which also feeds its
+in-memory provenance index), so two processes recording the same new text at the same
+instant may both write it; a duplicate changes no verdict (trust is a set of values).
 """
 
 from __future__ import annotations
@@ -44,14 +48,20 @@ class UserInputs:
         self._known.move_to_end(run_id)
         while len(self._known) > MAX_RUNS:
             self._known.popitem(last=False)
+        last: StoreError | None = None
         fresh = {sha256_hex(t): t for t in texts if isinstance(t, str) and t}
         fresh = {d: t for d, t in fresh.items() if d not in known}
         if not fresh:
             return []
         added: list[str] = []
-        for attempt in range(_ATTEMPTS):
+        seen = -1  # how many inputs the run had when last read
+        for _ in range(_ATTEMPTS):
             with self.gate.store.read() as tx:
-                held = {sha256_hex(body) for _, body in tx.inputs(run_id)}
+                rows = tx.inputs(run_id)
+            if last is not None and len(rows) == seen:
+                raise last  # nobody appended meanwhile: the failure was not a race
+            seen = len(rows)
+            held = {sha256_hex(body) for _, body in rows}
             try:
                 for digest, text in fresh.items():
                     if digest not in held:
@@ -59,12 +69,11 @@ class UserInputs:
                         added.append(text)
                     held.add(digest)
                     known.add(digest)
-            except StoreError:
-                # Another process appended an input of the run meanwhile (two resumers of
-                # one conversation): read its inputs again, and record only what is missing.
-                if attempt == _ATTEMPTS - 1:
-                    raise
+                return added
+            except StoreError as e:
+                # Another process may have appended an input of the run meanwhile (two
+                # resumers of one conversation): read its inputs again, record what is missing.
+                last = e
                 fresh = {d: t for d, t in fresh.items() if d not in known}
-                continue
-            break
-        return added
+        assert last is not None
+        raise last
