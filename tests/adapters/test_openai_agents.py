@@ -22,7 +22,16 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, Runner, RunResult, RunState, Tool, function_tool, handoff
+from agents import (
+    Agent,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+    RunState,
+    Tool,
+    function_tool,
+    handoff,
+)
 from agents._tool_invocation import tool_invocation_identity
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tracing import set_tracing_disabled
@@ -776,3 +785,17 @@ def test_input_staged_on_an_interrupted_state_is_recorded_once(world: World) -> 
     again = mailer(world, said())
     run(again.resume(saved))  # the same state, resumed again in another process
     assert inputs(world, again) == [("user", "hello"), ("user", "and copy bob@corp.com")]
+
+
+def test_a_streamed_run_records_its_input_before_the_first_call(world: World) -> None:
+    governed = mailer(world, [[function_call("send_email", TO_DAVE, call_id="s1")], *said()])
+
+    async def streamed() -> RunResultStreaming:
+        result = Runner.run_streamed(governed._agent(), "Mail dave@corp.com: ok")
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = run(streamed())
+    assert result.interruptions == [] and world.ran == [("send_email", TO_DAVE)]
+    assert inputs(world, governed) == [("user", "Mail dave@corp.com: ok")]
