@@ -33,6 +33,15 @@ What it does, and why:
   authenticate``); otherwise decisions come from tether itself (``tether approvals
   approve``, ``Gate.approve``), possibly from another process, and the resumed run picks
   them up.
+- The user's messages are the run's trusted input for a data-flow policy (``[flow]``): an
+  input guardrail on the governed agent (``Governed.input_guardrail``, run before the agent
+  starts) records the user-role messages of the input given to ``Runner.run`` /
+  ``run_sync`` / ``run_streamed`` (a string, or the text of the user items of a list; not
+  system or developer messages, assistant turns or tool output), each once. The SDK runs
+  input guardrails on a run's first turn only, so a run resumed from a ``RunState`` does not
+  record its input again; ``Governed.resume`` records input staged with
+  ``RunState.add_input``. The input of an agent used as a tool is the model's, not the
+  user's, and is not recorded.
 
 The SDK is imported only here; ``pip install 'tether[openai-agents]'`` brings it.
 """
@@ -46,6 +55,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether.adapters.inputs import UserInputs
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.digest import canonical_json, sha256_hex
@@ -71,13 +81,22 @@ from tether.tenancy import fill_tenant
 from tether.tools import OPERATION_KEY_PARAMETER, Manifest, Registry, Risk
 
 if TYPE_CHECKING:
-    from agents import Agent, FunctionTool, RunContextWrapper, RunResult, RunState
+    from agents import (
+        Agent,
+        FunctionTool,
+        GuardrailFunctionOutput,
+        InputGuardrail,
+        RunContextWrapper,
+        RunResult,
+        RunState,
+    )
     from agents.items import ToolApprovalItem
     from agents.tool_context import ToolContext
 
-__all__ = ["Governed", "govern", "register", "run_id_for"]
+__all__ = ["INPUT_GUARDRAIL", "Governed", "govern", "register", "run_id_for", "user_texts"]
 
 _RUN_PREFIX = "oa-"
+INPUT_GUARDRAIL = "tether_user_input"  # the name of the guardrail recording the user's input
 
 
 def run_id_for(conversation: str) -> str:
@@ -92,6 +111,34 @@ def run_id_for(conversation: str) -> str:
             "session id, conversation id, or your own ticket id)"
         )
     return _RUN_PREFIX + sha256_hex(conversation)[:32]
+
+
+def user_texts(input: Any) -> list[str]:
+    """The text of the user's messages in an SDK run input: the string itself, or the
+    text of each user-role message item of a list (a string content, or its ``input_text``
+    parts). System and developer messages, assistant turns, tool calls and their outputs,
+    images and files are not the user's words and are left out."""
+    if isinstance(input, str):
+        return [input] if input else []
+    if not isinstance(input, list):
+        return []
+    texts: list[str] = []
+    for raw in input:
+        item = raw.model_dump() if hasattr(raw, "model_dump") else raw
+        if not isinstance(item, Mapping) or item.get("role") != "user":
+            continue
+        if item.get("type", "message") != "message":
+            continue
+        content = item.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "input_text":
+                    text = part.get("text")
+                    if isinstance(text, str):
+                        texts.append(text)
+    return [t for t in texts if t]
 
 
 # -- walking an agent's tools --------------------------------------------------------------------
@@ -284,12 +331,21 @@ class Governed:
                 "building the Gate"
             )
         self._ensure_run(budget)
+        self._inputs = UserInputs(gate)
+        self.input_guardrail: InputGuardrail[Any] = self._input_guardrail()
         wrapped = {id(t): self._wrap(t) for t in tools}
         # In place: agents used as tools and handoffs hold their agent, so the copies must be
         # what those agents' tool lists hold.
         for agent in agents:
             agent.tools = [wrapped.get(id(t), t) for t in agent.tools]
         self.agent: Agent[Any] | None = root if isinstance(root, Agent) else None
+        if self.agent is not None:
+            # Only on the agent the user talks to: an agent used as a tool starts a nested
+            # run whose input the model wrote. Governed again, the agent keeps one guardrail.
+            self.agent.input_guardrails = [
+                *(g for g in self.agent.input_guardrails if g.get_name() != INPUT_GUARDRAIL),
+                self.input_guardrail,
+            ]
         # Every governed tool of the tree; for a tool list, the list with each one replaced.
         self.tools: list[Any] = (
             list(wrapped.values())
@@ -315,6 +371,24 @@ class Governed:
                 f"{found.subject} in tenant {found.tenant}, not {self.principal.subject} in "
                 f"{self.principal.tenant}; use another conversation key"
             )
+
+    def _input_guardrail(self) -> InputGuardrail[Any]:
+        """The input guardrail that records the user's messages of a run's input (see the
+        module docstring). It runs before the agent starts (``run_in_parallel=False``), so
+        the input is recorded before the model proposes any call; it never trips."""
+        from agents import GuardrailFunctionOutput, InputGuardrail
+
+        async def record_user_input(
+            _context: RunContextWrapper[Any], _agent: Agent[Any], input: Any
+        ) -> GuardrailFunctionOutput:
+            added = await asyncio.to_thread(self._inputs.note, self.run_id, user_texts(input))
+            return GuardrailFunctionOutput(
+                output_info={"tether_inputs_recorded": len(added)}, tripwire_triggered=False
+            )
+
+        return InputGuardrail(
+            guardrail_function=record_user_input, name=INPUT_GUARDRAIL, run_in_parallel=False
+        )
 
     def _wrap(self, tool: FunctionTool) -> FunctionTool:
         original = getattr(tool.on_invoke_tool, "__tether_original__", tool.on_invoke_tool)
@@ -363,6 +437,12 @@ class Governed:
 
         return await Runner.run(self._agent(), input, **kwargs)
 
+    def run_sync(self, input: Any, **kwargs: Any) -> RunResult:
+        """``Runner.run_sync(agent, input, **kwargs)`` with the governed agent."""
+        from agents import Runner
+
+        return Runner.run_sync(self._agent(), input, **kwargs)
+
     async def resume(
         self,
         state: RunState[Any, Any] | str,
@@ -385,6 +465,11 @@ class Governed:
         if approver is not None:
             self.decide(loaded, approver, reason=reason)
         self._take_tether_decisions(loaded)
+        # Input staged with RunState.add_input is the user's next message; the run's
+        # opening input was recorded when it started (guardrails do not run on a resume).
+        staged = user_texts(loaded.pending_input)
+        if staged:
+            await asyncio.to_thread(self._inputs.note, self.run_id, staged)
         return await Runner.run(agent, loaded, **kwargs)
 
     def _check_every_call_decided(self, state: RunState[Any, Any]) -> None:

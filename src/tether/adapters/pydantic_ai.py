@@ -20,6 +20,13 @@ An approver's edit in tether (``Gate.edit``, ``tether approvals edit``) is Pydan
 ``ToolApproved(override_args=...)``: the resumed call runs as the edited call (its own call id
 and grant, tether's arguments, once); the model gets its result under its own call id.
 
+The user's prompts are the run's trusted input for a data-flow policy (``[flow]``): before it
+judges a call, the toolset records the prompt the run was given (``RunContext.prompt``) and
+the user prompts of the earlier requests in its message history (``UserPromptPart``, text
+only), each once however often a history is resumed. A request that holds anything besides
+system and user prompts (tool returns, retries) is left out: Pydantic AI puts a tool's
+``ToolReturn.content`` there as a ``UserPromptPart``, and tool output is not the user's.
+
 The run is a tether run: ``run_id`` names it, or it is derived from Pydantic AI's conversation
 id (``pydantic-ai-<conversation id>``), which a resume with the message history keeps, so a
 resume in another process finds it. The gate runs synchronously inside the event loop (a
@@ -37,7 +44,16 @@ try:
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ApprovalRequired, ModelRetry
     from pydantic_ai.exceptions import ToolFailed as FrameworkToolFailed
-    from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextContent,
+        ToolReturnPart,
+        UserContent,
+        UserPromptPart,
+    )
     from pydantic_ai.tools import (
         DeferredToolRequests,
         DeferredToolResult,
@@ -53,6 +69,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "tether.adapters.pydantic_ai needs Pydantic AI: pip install 'tether[pydantic-ai]'"
     ) from e
 
+from tether.adapters.inputs import UserInputs
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.digest import canonical_json, sha256_hex
@@ -76,7 +93,14 @@ from tether.state import RunState
 from tether.tenancy import fill_tenant
 from tether.tools import Registry
 
-__all__ = ["GovernedToolset", "ResumeRefused", "Tether", "deferred_results", "registry_toolset"]
+__all__ = [
+    "GovernedToolset",
+    "ResumeRefused",
+    "Tether",
+    "deferred_results",
+    "registry_toolset",
+    "user_prompts",
+]
 
 RUN_PREFIX = "pydantic-ai-"
 # The metadata of a call sent back "approved" only so that the gate judges it again (Pydantic
@@ -144,6 +168,10 @@ class GovernedToolset(WrapperToolset[Any]):
     run_id: RunIdSource = None
     budget: Budget | None = None
     _started: set[str] = field(default_factory=set, init=False, repr=False)
+    _inputs: UserInputs = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._inputs = UserInputs(self.gate)
 
     @classmethod
     def of(
@@ -169,6 +197,8 @@ class GovernedToolset(WrapperToolset[Any]):
         if not call_id:
             raise ConfigurationError(f"Pydantic AI called '{name}' without a tool call id")
         self._ensure_run(ctx, run_id)
+        # The user's words are trusted input before this (or any) call is judged.
+        self._inputs.note(run_id, user_prompts(ctx.messages, ctx.prompt))
         # ``ctx.tool_call_approved`` is the client's claim, not a grant: the gate decides, and
         # a claim tether does not back is refused rather than quietly waited on. A call sent
         # back to be asked again claims nothing.
@@ -236,6 +266,38 @@ class GovernedToolset(WrapperToolset[Any]):
                     "principal's run; start a new conversation (or pass another run_id)"
                 )
         self._started.add(run_id)
+
+
+def user_prompts(
+    messages: Sequence[ModelMessage], prompt: str | Sequence[UserContent] | None = None
+) -> list[str]:
+    """The text of the user's prompts: those of the requests in ``messages`` that hold
+    nothing but system and user prompts, then ``prompt`` (the run's own, ``RunContext.
+    prompt``). A request that carries tool returns or retries is not the user's turn: a
+    tool's ``ToolReturn.content`` reaches the model there as a ``UserPromptPart``."""
+    texts: list[str] = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        if not all(isinstance(p, UserPromptPart | SystemPromptPart) for p in message.parts):
+            continue
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                texts.extend(_prompt_texts(part.content))
+    if prompt is not None:
+        texts.extend(_prompt_texts(prompt))
+    return texts
+
+
+def _prompt_texts(content: str | Sequence[UserContent]) -> list[str]:
+    """The text of a prompt: a string, or its strings and text parts (never files, images)."""
+    items = [content] if isinstance(content, str) else list(content)
+    texts = [
+        item if isinstance(item, str) else item.content
+        for item in items
+        if isinstance(item, str | TextContent)
+    ]
+    return [t for t in texts if t]
 
 
 def replacement(gate: Gate, run_id: str, call_id: str) -> Approval | None:
