@@ -415,7 +415,7 @@ class Gate:
         raw: Any,
         error: BaseException | None,
     ) -> Outcome:
-        """Steps 9-10, after the tool was called with its key (steps 8, in ``call`` and
+        """Steps 9-10, after the tool was called with its key (step 8, in ``call`` and
         ``acall``): record what happened — ``raw`` it returned, or the ``error`` it raised
         (a timeout or a cancellation: unknown; anything else: failed)."""
         tool, effect = admitted.tool, admitted.effect
