@@ -23,8 +23,9 @@ which client goes first. tether's store is a ``SQLiteStore`` (WAL) in a temporar
 at ``synchronous=FULL`` (its default) and ``NORMAL``. Reported: medians and p99 per client
 and kind, the added median against direct, and the ratio; and, to show where the gateway's
 own time goes, ``gate.call`` alone in the loop's thread, in a worker thread, and in a worker
-thread calling back into the loop (``gate_floors``). Target (issue 11): added median ≤ 1 ms
-on SQLite.
+thread calling back into the loop (the path the gateway took before ``Gate.acall``), and
+``await gate.acall`` of an async tool on the loop (the path it takes now) (``gate_floors``).
+Target (issue 11): added median ≤ 1 ms on SQLite.
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ async def gate_floors(tmp: Path, mode: str, calls: int) -> dict[str, float]:
     """Where the gateway's own time goes: ``gate.call`` of a read whose tool returns at
     once — in the event loop's thread, in a worker thread (as the gateway runs it), and in
     a worker thread whose tool calls back into the loop through a blocking portal (as the
-    gateway's handler reaches the upstream)."""
+    gateway's handler reached the upstream before ``Gate.acall``), and ``await gate.acall``
+    of an async tool on the loop (as the gateway calls it now)."""
     from tether import Gate, Policy, Principal, Registry, Risk
     from tether.gate import ToolCall
 
@@ -192,6 +194,10 @@ async def gate_floors(tmp: Path, mode: str, calls: int) -> dict[str, float]:
         def portalled(name: str) -> str:
             return portal.call(answer)
 
+        @registry.tool(risk=Risk.READ, tenant_scoped=False)
+        async def awaited(name: str) -> str:
+            return await answer()
+
         store = SQLiteStore(f"sqlite:///{tmp}/floor-{mode}.db?synchronous={mode}")
         gate = Gate(registry, Policy(version="floor-1"), store)
         run = gate.start_run(Principal(subject="bench", tenant="acme"))
@@ -200,7 +206,16 @@ async def gate_floors(tmp: Path, mode: str, calls: int) -> dict[str, float]:
         def call(tool: str) -> None:
             gate.call(run, ToolCall(call_id=f"c{next(count)}", tool=tool, arguments={"name": "n"}))
 
-        out: dict[str, list[float]] = {"loop_thread": [], "worker": [], "worker_portal": []}
+        async def acall(tool: str) -> None:
+            call = ToolCall(call_id=f"c{next(count)}", tool=tool, arguments={"name": "n"})
+            await gate.acall(run, call)
+
+        out: dict[str, list[float]] = {
+            "loop_thread": [],
+            "worker": [],
+            "worker_portal": [],
+            "loop_acall": [],
+        }
         for _ in range(calls):
             started = time.perf_counter_ns()
             call("direct")
@@ -211,6 +226,9 @@ async def gate_floors(tmp: Path, mode: str, calls: int) -> dict[str, float]:
             started = time.perf_counter_ns()
             await anyio.to_thread.run_sync(call, "portalled")
             out["worker_portal"].append((time.perf_counter_ns() - started) / 1000)
+            started = time.perf_counter_ns()
+            await acall("awaited")
+            out["loop_acall"].append((time.perf_counter_ns() - started) / 1000)
         store.close()
     return {k: round(statistics.median(v), 1) for k, v in out.items()}
 

@@ -10,7 +10,10 @@ recorded in a second transaction.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -256,8 +259,71 @@ class Gate:
 
     # -- the pipeline ------------------------------------------------------------------------
     def call(self, run_id: str, call: ToolCall) -> Outcome:
-        """Judge and, if allowed, run one call. Raises a ``Denied`` or a signal otherwise."""
+        """Judge and, if allowed, run one call. Raises a ``Denied`` or a signal otherwise.
+
+        An ``async def`` tool is run to completion on an event loop of its own
+        (``asyncio.run``); from a thread that runs an event loop, use ``acall``."""
         started = time.perf_counter()
+        if _loop_running():
+            tool = self.registry.find(call.tool)
+            if tool is not None and tool.is_async:
+                raise ConfigurationError(
+                    f"tool '{call.tool}' is async and this thread runs an event loop, so "
+                    "Gate.call cannot wait for it here; use `await gate.acall(...)`"
+                )
+        admitted = self._admit(run_id, call)
+        if isinstance(admitted, Outcome):
+            return admitted
+        plan, index = admitted
+        raw: Any = None
+        error: BaseException | None = None
+        try:
+            raw = _invoke(plan.tool, plan.arguments, plan.effect.operation_key)
+        except Exception as e:
+            error = e
+        return self._settle(plan, started, index, raw, error)
+
+    async def acall(self, run_id: str, call: ToolCall) -> Outcome:
+        """``call`` for an asyncio caller: the same plan, writes, audit entries, outcome,
+        replay and exceptions, with the tool awaited on the caller's own event loop — no
+        thread hop on the way in or back.
+
+        The store's two transactions run synchronously on the loop's thread (on SQLite well
+        under a millisecond each). A caller whose store may block for longer (PostgreSQL over
+        a network) and whose loop must not wait can run the synchronous path in a worker
+        thread instead: ``await anyio.to_thread.run_sync(gate.call, run_id, call)``.
+
+        How the tool runs: an ``async def`` handler is awaited (with the manifest's
+        ``timeout_s``, under ``asyncio.wait_for``); a synchronous handler is called directly
+        on the loop's thread, or, if it has a ``timeout_s``, in the gate's tool thread while
+        the loop waits. A timeout is recorded as ``unknown`` exactly as ``call`` records it
+        (the tool may have acted). If the awaiting task is cancelled while the tool runs, the
+        effect is recorded as ``unknown`` too (the gate cannot tell whether it acted) and the
+        cancellation goes on; shield the call if its outcome must be waited for."""
+        import asyncio
+
+        started = time.perf_counter()
+        admitted = self._admit(run_id, call)
+        if isinstance(admitted, Outcome):
+            return admitted
+        plan, index = admitted
+        raw: Any = None
+        error: BaseException | None = None
+        try:
+            raw = await _ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
+        except asyncio.CancelledError as e:
+            # Recorded as unknown; the caller asked for the cancellation, so that goes on.
+            with contextlib.suppress(OutcomeUnknown):
+                self._settle(plan, started, index, None, e)
+            raise
+        except Exception as e:
+            error = e
+        return self._settle(plan, started, index, raw, error)
+
+    def _admit(self, run_id: str, call: ToolCall) -> tuple[Admit, ProvenanceIndex | None] | Outcome:
+        """Steps 0-7: judge the call and record the plan in one transaction. An admitted
+        call comes back with ``dispatched`` durable; a replay as its recorded outcome; any
+        other verdict is raised after its transaction commits."""
         now = self.clock()
         index: ProvenanceIndex | None = None
         try:
@@ -291,7 +357,7 @@ class Gate:
             crash_point("gate.after_dispatch_commit")
             if index is not None and plan.fresh:
                 index.effects += 1
-            return self._dispatch(plan, started, index)
+            return plan, index
         if isinstance(plan, Replay):
             if plan.error is not None:
                 raise plan.error
@@ -341,24 +407,29 @@ class Gate:
             apply(tx, run_id, now, plan.writes)
         return plan.signal
 
-    def _dispatch(
-        self, admitted: Admit, started: float, index: ProvenanceIndex | None = None
+    def _settle(
+        self,
+        admitted: Admit,
+        started: float,
+        index: ProvenanceIndex | None,
+        raw: Any,
+        error: BaseException | None,
     ) -> Outcome:
-        """Steps 8-10: call the tool with its key, then record what happened."""
+        """Steps 9-10, after the tool was called with its key (step 8, in ``call`` and
+        ``acall``): record what happened — ``raw`` it returned, or the ``error`` it raised
+        (a timeout or a cancellation: unknown; anything else: failed)."""
         tool, effect = admitted.tool, admitted.effect
         failure: BaseException | None = None
-        raw: Any = None
-        try:
-            raw = _invoke(tool, admitted.arguments, effect.operation_key)
+        if error is None:
             target = EffectStatus.COMMITTED
-        except TimeoutError:
+        elif isinstance(error, TimeoutError) or _is_cancellation(error):
             target = EffectStatus.UNKNOWN
             failure = OutcomeUnknown(tool.name, effect.operation_key)
-        except Exception as e:
+        else:
             target = EffectStatus.FAILED
-            detail = _safe_error(e, admitted.secrets)
-            failure = ToolFailed(tool.name, effect.operation_key, e, detail=detail)
-            failure.__cause__ = e
+            detail = _safe_error(error, admitted.secrets)
+            failure = ToolFailed(tool.name, effect.operation_key, error, detail=detail)
+            failure.__cause__ = error
         crash_point("gate.after_tool_return")
         # From here on nothing may raise before the outcome is recorded: the tool has run.
         value, reference, problem = _recordable(raw) if failure is None else (None, None, None)
@@ -556,22 +627,83 @@ def apply(tx: Tx, run_id: str, now: float, writes: tuple[Write, ...]) -> None:
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
-    timeout = tool.manifest.timeout_s
-    if timeout is None:
-        return tool.invoke(arguments, key)
-    # A thread lets the gate stop waiting; it cannot stop the tool, which is exactly why a
-    # timeout is recorded as "unknown" rather than "failed".
+def _tool_thread() -> concurrent.futures.ThreadPoolExecutor:
     import concurrent.futures  # only tools with a timeout need a thread
 
     global _executor
     if _executor is None:
         _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="tether-tool")
-    future = _executor.submit(tool.invoke, arguments, key)
+    return _executor
+
+
+def _invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    timeout = tool.manifest.timeout_s
+    if timeout is None:
+        return _run_to_end(tool, arguments, key)
+    # A thread lets the gate stop waiting; it cannot stop the tool, which is exactly why a
+    # timeout is recorded as "unknown" rather than "failed".
+    import concurrent.futures
+
+    future = _tool_thread().submit(_run_to_end, tool, arguments, key)
     try:
         return future.result(timeout=timeout)
     except concurrent.futures.TimeoutError:
         raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def _run_to_end(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    """The tool's answer from a synchronous caller: an async tool runs on a loop of its own
+    (``Gate.call`` refuses an async tool on a thread whose loop is running)."""
+    raw = tool.invoke(arguments, key)
+    if inspect.iscoroutine(raw):
+        import asyncio
+
+        return asyncio.run(raw)
+    return raw
+
+
+async def _ainvoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    """The tool's answer on the caller's event loop (see ``Gate.acall``)."""
+    import asyncio
+
+    timeout = tool.manifest.timeout_s
+    if timeout is not None and not tool.is_async:
+        # A synchronous tool with a limit runs in the tool thread, as under ``call``, so
+        # the loop can stop waiting for it (and keeps serving others meanwhile).
+        running = asyncio.get_running_loop().run_in_executor(
+            _tool_thread(), _run_to_end, tool, arguments, key
+        )
+        try:
+            return await asyncio.wait_for(running, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {timeout}s") from None
+    raw = tool.invoke(arguments, key)
+    if not inspect.isawaitable(raw):
+        return raw
+    if timeout is None:
+        return await raw
+    try:
+        return await asyncio.wait_for(raw, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an asyncio event loop (no import: without asyncio loaded,
+    none can be)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(error, asyncio.CancelledError)
 
 
 def _unwrap(raw: Any) -> tuple[Any, str | None]:

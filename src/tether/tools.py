@@ -224,6 +224,8 @@ class Tool:
     handler: Callable[..., Any]
     reconcile: Reconciler | None = None
     takes_operation_key: bool = False
+    # An ``async def`` handler: ``invoke`` returns a coroutine (``Gate.acall`` awaits it).
+    is_async: bool = False
 
     @property
     def name(self) -> str:
@@ -258,6 +260,7 @@ class Tool:
             raise InvalidArguments(self.name, problems)
 
     def invoke(self, arguments: Mapping[str, Any], operation_key: str) -> Any:
+        """Call the handler (for an async tool: the coroutine, not yet awaited)."""
         if self.takes_operation_key:
             return self.handler(**arguments, operation_key=operation_key)
         return self.handler(**arguments)
@@ -321,7 +324,13 @@ class Registry:
         *,
         reconcile: Reconciler | None = None,
     ) -> Tool:
-        tool = Tool(manifest, handler, reconcile, _takes_operation_key(handler))
+        tool = Tool(
+            manifest,
+            handler,
+            reconcile,
+            _takes_operation_key(handler),
+            inspect.iscoroutinefunction(handler),
+        )
         self._tools[manifest.name] = tool
         return tool
 

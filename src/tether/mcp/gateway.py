@@ -14,11 +14,14 @@ result if it ran, never a second execution. A call that needs approval answers w
 error naming the approval; a later request with the same tool and arguments in the same
 session is that call again (it proceeds once approved, exactly once).
 
-Threads. The gate is synchronous (SQLite, PostgreSQL), the SDK is async: a call is judged in
-a worker thread, and the tool's handler — the one place the gate hands control to the tool —
-calls the upstream back on the event loop through a blocking portal. Crash, timeout and
-error handling are the gate's: an upstream that answers ``isError`` is a failed effect, one
-whose connection dies mid-call an unknown effect (``tether effects``, ``tether recover``).
+One loop. Each call is judged, recorded and dispatched on the server's event loop
+(``Gate.acall``): the store's transactions run there (SQLite: well under a millisecond) and
+the tool's handler — the one place the gate hands control to the tool — awaits the upstream
+on the same loop, so a call crosses no thread. A call, once judged, runs to its recorded
+outcome even if the client goes away meanwhile (it is shielded from cancellation, so a retry
+finds the result). Crash, timeout and error handling are the gate's: an upstream that
+answers ``isError`` is a failed effect, one whose connection dies mid-call an unknown effect
+(``tether effects``, ``tether recover``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import anyio.abc
-import anyio.from_thread
 
 from tether.approvals import ApprovalStatus
 from tether.budget import Budget
@@ -152,7 +154,6 @@ class Gateway:
         self.offered: dict[str, Offered] = {}
         self.unpinned: list[str] = []
         self.gate: Gate | None = None
-        self._portal: anyio.from_thread.BlockingPortal | None = None
         self._stack: AsyncExitStack | None = None
         self._sessions: dict[str, _Session] = {}  # by run id
         self._runs: set[str] = set()
@@ -165,7 +166,6 @@ class Gateway:
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)  # runs first on close: stop re-listings
-            self._portal = await stack.enter_async_context(anyio.from_thread.BlockingPortal())
             for sid, server in self.config.servers.items():
                 upstream = Upstream(
                     server, on_change=self._changed, errlog=self.errlog, spawn=tg.start_soon
@@ -382,10 +382,13 @@ class Gateway:
     ) -> mcp_types.CallToolResult:
         """Judge and, if allowed, run one ``tools/call``; every answer is a tool result
         (refusals and approvals are ``isError`` results the model can read)."""
-        # The gate and the store block: they run in a worker thread, the tool calls back.
-        return await anyio.to_thread.run_sync(self._govern, caller, request_id, name, arguments)
+        # Judged, dispatched and recorded on this loop; once the gate has recorded the call
+        # as dispatched it runs to its recorded outcome, whoever stops waiting for it.
+        with anyio.CancelScope(shield=True):
+            result = await self._govern(caller, request_id, name, arguments)
+        return result
 
-    def _govern(
+    async def _govern(
         self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
     ) -> mcp_types.CallToolResult:
         gate = self._gate()
@@ -399,8 +402,9 @@ class Gateway:
                 self._audit_blocked(caller, run_id, name, offered.blocked)
                 return _error(str(PinError(offered.blocked)))
         session = self._session(run_id)
+        call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
         try:
-            outcome = gate.call(run_id, ToolCall(call_id=call_id, tool=name, arguments=arguments))
+            outcome = await gate.acall(run_id, call)
         except ApprovalRequired as wait:
             session.asked[same] = call_id
             return _approval_error(wait, call_id)
@@ -479,14 +483,11 @@ class Gateway:
             )
 
     def _handler(self, tool: ToolConfig) -> Any:
-        """The registry's handler for an upstream tool: the gate calls it (in the worker
-        thread) once it has recorded the call as dispatched."""
+        """The registry's handler for an upstream tool: ``Gate.acall`` awaits it on the
+        gateway's loop once it has recorded the call as dispatched."""
 
-        def handler(**arguments: Any) -> Any:
-            portal = self._portal
-            if portal is None:
-                raise ConfigurationError("the gateway is not running")
-            return portal.call(self._upstream_call, tool, arguments)
+        async def handler(**arguments: Any) -> Any:
+            return await self._upstream_call(tool, arguments)
 
         handler.__name__ = tool.name
         return handler
