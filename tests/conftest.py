@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,25 @@ from tests.pg import schema_url
 from tether.store import MemoryStore, SQLiteStore, Store
 
 KINDS = ("memory", "sqlite", "postgres")
+
+
+@pytest.fixture(autouse=True)
+def _no_event_loop_left_behind() -> Iterator[None]:
+    """Sync entry points of async SDKs (Pydantic AI's and the OpenAI Agents SDK's
+    ``run_sync``) run on the thread's default event loop and leave it open. Closed after each
+    test: otherwise its sockets are collected, and warned about (an error here), in the middle
+    of whichever later test the garbage collector happens to run in."""
+    yield
+    policy = asyncio.get_event_loop_policy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()  # creates one if none is set: closed just the same
+    except RuntimeError:  # the test set none on purpose
+        loop = None
+    if loop is not None and not loop.is_running():
+        loop.close()
+    asyncio.set_event_loop_policy(None)  # a fresh policy: the next test may create its own
 
 
 class Backend:
