@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -80,7 +81,7 @@ class Caller:
     session: str
     credential_id: str | None = None
 
-    @property
+    @cached_property  # frozen, so computed once per caller (each call asks for it)
     def run_id(self) -> str:
         # The credential is part of the run's name, so a session id someone else learnt
         # does not give them that session's run (or its recorded results).
@@ -158,6 +159,7 @@ class Gateway:
         self._sessions: dict[str, _Session] = {}  # by run id
         self._runs: set[str] = set()
         self._lock = threading.Lock()
+        self._stdio_caller: Caller | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -330,22 +332,25 @@ class Gateway:
         ) -> mcp_types.ListToolsResult:
             return mcp_types.ListToolsResult.model_validate({"tools": self.listing()})
 
-        async def call_tool(
-            ctx: Any, params: mcp_types.CallToolRequestParams
-        ) -> mcp_types.CallToolResult:
+        async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> dict[str, Any]:
             caller = self.caller_for(ctx)
-            return await self.call_tool(
+            # The result's wire form: the SDK validates and shapes it for the protocol
+            # version anyway, so a model built here would be validated and dumped twice.
+            return await self._call_wire(
                 caller, ctx.request_id, params.name, dict(params.arguments or {})
             )
 
-        return Server(
+        server: Server[Any] = Server(
             self.config.name,
             version=_version(),
             instructions="Tools offered through tether: each call is judged by policy, some "
             "need a human's approval before they run.",
             on_list_tools=list_tools,
-            on_call_tool=call_tool,
         )
+        # Registered as a plain request handler, which may answer with a dict (the typed
+        # ``on_call_tool`` wants a model).
+        server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, call_tool)
+        return server
 
     # Over stdio the gateway serves one client for its whole life: one session.
     stdio_session: str = ""
@@ -364,17 +369,23 @@ class Gateway:
             return caller_from_headers(self.store, headers or {})
         if not self.stdio_session:
             self.stdio_session = uuid.uuid4().hex
+        cached = self._stdio_caller
+        if cached is not None and cached.session == self.stdio_session:
+            return cached  # one session, one caller: its run id is hashed once
         if self.identity is not None:
-            return Caller(
+            caller = Caller(
                 self.identity.principal(), self.stdio_session, self.identity.credential_id
             )
-        if self.config.principal is None:
+        elif self.config.principal is None:
             raise ConfigurationError(
                 f"gateway config {self.config.path} has no [principal]: over stdio the "
                 "gateway acts for the principal the config names, or for the principal "
                 "credential in TETHER_PRINCIPAL_TOKEN"
             )
-        return Caller(self.config.principal, self.stdio_session)
+        else:
+            caller = Caller(self.config.principal, self.stdio_session)
+        self._stdio_caller = caller
+        return caller
 
     # -- a call ------------------------------------------------------------------------------
     async def call_tool(
@@ -382,6 +393,15 @@ class Gateway:
     ) -> mcp_types.CallToolResult:
         """Judge and, if allowed, run one ``tools/call``; every answer is a tool result
         (refusals and approvals are ``isError`` results the model can read)."""
+        import mcp_types
+
+        wire = await self._call_wire(caller, request_id, name, arguments)
+        return mcp_types.CallToolResult.model_validate(wire)
+
+    async def _call_wire(
+        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``call_tool``'s result in its wire form (what the MCP server returns)."""
         # Judged, dispatched and recorded on this loop; once the gate has recorded the call
         # as dispatched it runs to its recorded outcome, whoever stops waiting for it.
         with anyio.CancelScope(shield=True):
@@ -390,7 +410,7 @@ class Gateway:
 
     async def _govern(
         self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
-    ) -> mcp_types.CallToolResult:
+    ) -> dict[str, Any]:
         gate = self._gate()
         run_id = self._ensure_run(caller)
         call_id, same = self._call_id(caller, run_id, request_id, name, arguments)
@@ -522,9 +542,7 @@ def _text(result: mcp_types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-def _result(outcome: Outcome) -> mcp_types.CallToolResult:
-    import mcp_types
-
+def _result(outcome: Outcome) -> dict[str, Any]:
     meta = {
         OUTCOME_META: {
             "operation_key": outcome.operation_key,
@@ -534,21 +552,26 @@ def _result(outcome: Outcome) -> mcp_types.CallToolResult:
             "flags": list(outcome.flags),
         }
     }
-    return mcp_types.CallToolResult.model_validate(
-        {"content": [{"type": "text", "text": outcome.text}], "isError": False, "_meta": meta}
-    )
+    return {
+        "content": [{"type": "text", "text": outcome.text}],
+        "isError": False,
+        "_meta": meta,
+        "resultType": "complete",
+    }
 
 
-def _error(text: str, meta: Mapping[str, Any] | None = None) -> mcp_types.CallToolResult:
-    import mcp_types
-
-    body: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
+def _error(text: str, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "resultType": "complete",  # as ``CallToolResult``'s dump has it
+    }
     if meta:
         body["_meta"] = dict(meta)
-    return mcp_types.CallToolResult.model_validate(body)
+    return body
 
 
-def _approval_error(wait: ApprovalRequired, call_id: str) -> mcp_types.CallToolResult:
+def _approval_error(wait: ApprovalRequired, call_id: str) -> dict[str, Any]:
     text = (
         f"tether: '{wait.action_name}' needs a human's approval before it runs (approval "
         f"{wait.approval_id}). An approver approves it with `tether approvals approve "
