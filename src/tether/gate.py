@@ -48,6 +48,7 @@ from tether.planner import (
     AuditWrite,
     EffectWrite,
     Outcome,
+    Plan,
     Replay,
     ToolCall,
     Write,
@@ -325,23 +326,9 @@ class Gate:
         call comes back with ``dispatched`` durable; a replay as its recorded outcome; any
         other verdict is raised after its transaction commits."""
         now = self.clock()
-        index: ProvenanceIndex | None = None
         try:
             with self.store.transaction() as tx:
-                view = tx.call_view(run_id, call.call_id)
-                if self._flow is not None and view.run is not None:
-                    index = self._index_in(tx, run_id, view.effect_count)
-                plan = plan_call(
-                    call,
-                    view,
-                    run_id=run_id,
-                    registry=self.registry,
-                    policy=self.policy,
-                    seals=self.store.keys,
-                    now=now,
-                    mint=new_id,
-                    provenance=index,
-                )
+                plan, index = self._plan(tx, run_id, call, now)
                 apply(tx, run_id, now, plan.writes)
                 if isinstance(plan, Admit):
                     crash_point("gate.before_dispatch_commit")
@@ -367,6 +354,28 @@ class Gate:
             return plan.outcome
         raise plan.signal if isinstance(plan, Ask) else plan.error
 
+    def _plan(
+        self, tx: Tx, run_id: str, call: ToolCall, now: float
+    ) -> tuple[Plan, ProvenanceIndex | None]:
+        """The planner's verdict on ``call`` from one read of the run, and the run's
+        provenance index when the policy has flow rules (the one place both are made)."""
+        view = tx.call_view(run_id, call.call_id)
+        index = None
+        if self._flow is not None and view.run is not None:
+            index = self._index_in(tx, run_id, view.effect_count)
+        plan = plan_call(
+            call,
+            view,
+            run_id=run_id,
+            registry=self.registry,
+            policy=self.policy,
+            seals=self.store.keys,
+            now=now,
+            mint=new_id,
+            provenance=index,
+        )
+        return plan, index
+
     def _marked(self, outcome: Outcome, call_id: str, tool_name: str) -> Outcome:
         """A replayed outcome marked as its first dispatch was, if its tool is untrusted."""
         flow = self._flow
@@ -374,11 +383,18 @@ class Gate:
         known = self.registry.find(tool_name)
         if known is not None and flow.output_trust(known.manifest)[0]:
             return outcome
+        return replace(
+            outcome, text=self._mark(outcome.text, outcome.operation_key, call_id, tool_name)
+        )
+
+    def _mark(self, text: str, operation_key: str, call_id: str, tool_name: str) -> str:
+        """Untrusted output delimited for the model, its boundary derived from the operation
+        key (so a replay is marked exactly as the first dispatch was)."""
         from tether.dataflow import mark_untrusted
 
-        boundary = sha256_hex(outcome.operation_key)[:12]
-        text = mark_untrusted(outcome.text, call_id, tool_name, boundary, flow.marking)
-        return replace(outcome, text=text)
+        assert self._flow is not None
+        boundary = sha256_hex(operation_key)[:12]
+        return mark_untrusted(text, call_id, tool_name, boundary, self._flow.marking)
 
     def ask_if_needed(self, run_id: str, call: ToolCall) -> ApprovalRequired | None:
         """Judge ``call`` without running it, for frameworks that ask before they call: if
@@ -387,21 +403,7 @@ class Gate:
         nothing and return None — ``call`` acts on it when the framework calls the tool."""
         now = self.clock()
         with self.store.transaction() as tx:
-            view = tx.call_view(run_id, call.call_id)
-            index = None
-            if self._flow is not None and view.run is not None:
-                index = self._index_in(tx, run_id, view.effect_count)
-            plan = plan_call(
-                call,
-                view,
-                run_id=run_id,
-                registry=self.registry,
-                policy=self.policy,
-                seals=self.store.keys,
-                now=now,
-                mint=new_id,
-                provenance=index,
-            )
+            plan, _ = self._plan(tx, run_id, call, now)
             if not isinstance(plan, Ask):
                 return None
             apply(tx, run_id, now, plan.writes)
@@ -513,11 +515,7 @@ class Gate:
                 index, tool, effect.call_id, tool.name, safe_value, result_json, screened.flags
             )
             if not trusted:
-                from tether.dataflow import mark_untrusted
-
-                assert self._flow is not None
-                boundary = sha256_hex(effect.operation_key)[:12]
-                text = mark_untrusted(text, effect.call_id, tool.name, boundary, self._flow.marking)
+                text = self._mark(text, effect.operation_key, effect.call_id, tool.name)
         return Outcome(
             operation_key=effect.operation_key,
             status=target,
