@@ -4,9 +4,10 @@ bob; and helpers that put real approval requests in a store through the real gat
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -14,6 +15,10 @@ from tether import App, Gate, Policy, Principal, Registry, Risk, ScriptedModel, 
 from tether.errors import ApprovalRequired
 from tether.identity import add_identity
 
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+APP = "tests.web.inbox_app:app"  # this module, as --app names it
 LOCAL = "http://localhost"  # a test client's base URL: a Host the inbox answers by default
 registry = Registry()
 
@@ -67,3 +72,18 @@ def approver(store: Store, name: str, *tenants: str) -> str:
     """Register an approver of ``tenants``; their credential."""
     _, token = add_identity(store, name, "approver", now=time.time(), tenants=tenants)
     return token
+
+
+def csrf(html: str) -> str:
+    """The CSRF token a page's form carries."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+def signed_in(client: TestClient, token: str) -> str:
+    """Sign in through the form; the CSRF token of the signed-in session."""
+    page = client.get("/")
+    r = client.post("/signin", data={"token": token, "csrf": csrf(page.text)})
+    assert r.status_code == 200 and "Waiting for you" in r.text, r.text
+    return csrf(r.text)

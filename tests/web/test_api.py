@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,13 +13,6 @@ from tests.web.inbox_app import LOCAL, approver, propose
 from tether import SQLiteStore
 from tether.web.app import WebConfig, create_app
 from tether.web.context import CSP
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -4,15 +4,12 @@ rendering of provenance and of the schema-generated form, as units."""
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.web.inbox_app import LOCAL, approver, propose, registry
+from tests.web.inbox_app import APP, LOCAL, approver, csrf, propose, registry, signed_in
 from tether import SQLiteStore
 from tether.identity import revoke_identity
 from tether.web.app import WebConfig, create_app
@@ -20,29 +17,6 @@ from tether.web.auth import COOKIE, ProxyAuth, Sessions
 from tether.web.context import make_templates
 from tether.web.forms import form_fields, read_form
 from tether.web.pages import provenance_rows
-
-APP = "tests.web.inbox_app:app"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
-    yield s
-    s.close()
-
-
-def csrf(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
-
-
-def signed_in(client: TestClient, token: str) -> str:
-    """Sign in through the form; the CSRF token of the signed-in session."""
-    page = client.get("/")
-    r = client.post("/signin", data={"token": token, "csrf": csrf(page.text)})
-    assert r.status_code == 200 and "Waiting for you" in r.text, r.text
-    return csrf(r.text)
 
 
 def test_signing_in_needs_the_forms_csrf_token(store: SQLiteStore) -> None:

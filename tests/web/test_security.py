@@ -6,7 +6,6 @@ recomputed for every view and row)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,32 +13,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.web.inbox_app import LOCAL, approver, propose
+from tests.web.inbox_app import APP, LOCAL, approver, csrf, propose, signed_in
 from tether import SQLiteStore
 from tether.web.app import WebConfig, create_app
 from tether.web.auth import COOKIE, ProxyAuth, limiter_key
 from tether.web.hosts import allowed_hosts, host_name
-
-APP = "tests.web.inbox_app:app"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = SQLiteStore(f"sqlite:///{tmp_path}/t.db")
-    yield s
-    s.close()
-
-
-def csrf(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
-
-
-def sign_in(client: TestClient, token: str) -> str:
-    r = client.post("/signin", data={"token": token, "csrf": csrf(client.get("/").text)})
-    assert r.status_code == 200 and "Waiting for you" in r.text, r.text
-    return csrf(r.text)
 
 
 def status(store: SQLiteStore, approval_id: str) -> str:
@@ -97,7 +75,7 @@ def test_a_form_post_from_another_origin_is_refused(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     aid = propose(store)
     with TestClient(create_app(WebConfig(store)), base_url="http://localhost:8700") as client:
-        form = sign_in(client, token)
+        form = signed_in(client, token)
         url = f"/approvals/{aid}/approve"
         for headers in (
             {"Origin": "http://evil.example"},
@@ -127,7 +105,7 @@ def test_behind_a_proxy_that_rewrites_host_the_public_origin_may_post(
     # The proxy sends Host: 127.0.0.1:8700; the browser's Origin is the public address.
     config = WebConfig(store, base_url="https://Approvals.Corp:443/")
     with TestClient(create_app(config), base_url="http://127.0.0.1:8700") as client:
-        form = sign_in(client, token)
+        form = signed_in(client, token)
         url = f"/approvals/{aid}/approve"
         for other in ("https://approvals.corp:8443", "http://approvals.corp", "https://evil.corp"):
             assert (
@@ -202,7 +180,7 @@ def test_a_planted_session_id_is_not_signed_in_by_its_victim(store: SQLiteStore)
         # The victim's browser is made to hold it (the server then sets it again, as its own).
         victim.get("/", headers={"Cookie": f"{COOKIE}={planted}"})
         assert victim.cookies[COOKIE] == planted
-        sign_in(victim, token)
+        signed_in(victim, token)
         assert victim.cookies[COOKIE] != planted
         assert "Sign in to approve" in attacker.get("/").text  # the planted id signs no one in
 
@@ -210,7 +188,7 @@ def test_a_planted_session_id_is_not_signed_in_by_its_victim(store: SQLiteStore)
 def test_signing_out_needs_the_csrf_token(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
-        sign_in(client, token)
+        signed_in(client, token)
         assert client.post("/signout").status_code == 403
         assert client.post("/signout", data={"csrf": "guess"}).status_code == 403
         assert "Waiting for you" in client.get("/").text
@@ -222,7 +200,7 @@ def test_a_non_ascii_csrf_token_is_refused_not_a_server_error(store: SQLiteStore
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
         client.get("/")
         assert client.post("/signin", data={"token": token, "csrf": "é"}).status_code == 403
-        sign_in(client, token)
+        signed_in(client, token)
         r = client.post(f"/approvals/{aid}/approve", data={"csrf": "jeton-é"})
         assert r.status_code == 403
     assert status(store, aid) == "pending"
@@ -244,7 +222,7 @@ def test_the_api_never_takes_the_session_cookie(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     aid = propose(store)
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
-        sign_in(client, token)
+        signed_in(client, token)
         assert client.get("/api/approvals").status_code == 401
         r = client.post(f"/api/approvals/{aid}/approve", json={})
         assert (r.status_code, r.json()["code"]) == (401, "credential_missing")
@@ -295,7 +273,7 @@ def test_the_sign_in_limiter_counts_the_client_behind_the_proxy(store: SQLiteSto
 def test_a_malformed_id_is_not_found_and_not_repeated(store: SQLiteStore) -> None:
     token = approver(store, "alice", "acme")
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
-        form = sign_in(client, token)
+        form = signed_in(client, token)
         payload = "%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"  # no "/": it must reach the route
         for r in (
             client.get(f"/approvals/{payload}"),
@@ -325,7 +303,7 @@ def test_the_audit_verdict_is_kept_while_the_log_is_unchanged(
 
     monkeypatch.setattr(store, "verify_audit", counted)
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
-        form = sign_in(client, token)
+        form = signed_in(client, token)
         for _ in range(3):
             assert "intact" in client.get("/history").text
         assert len(verified) == 1
@@ -412,10 +390,10 @@ def test_an_app_planted_in_a_run_row_is_never_imported(
         )
     db.close()
     with TestClient(create_app(WebConfig(store, app_ref=APP)), base_url=LOCAL) as client:
-        sign_in(client, token)
+        signed_in(client, token)
         page = client.get(f"/approvals/{approval_id}")
         assert page.status_code == 200
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
-        sign_in(client, token)
+        signed_in(client, token)
         assert client.get(f"/approvals/{approval_id}").status_code == 200
     assert not marker.exists()
