@@ -49,6 +49,7 @@ from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
 from tether import run_log
+from tether.adapters.inputs import UserInputs
 from tether.approvals import Approval, ApprovalStatus
 from tether.budget import Budget
 from tether.decisions import as_approver, check_identity
@@ -173,6 +174,7 @@ class Governor:
         self.approver = None if approver is None else as_approver(approver)
         self.budget = budget
         self._runs: set[str] = set()
+        self._inputs = UserInputs(gate)  # the same once-per-run recording as the other adapters
 
     # -- runs ---------------------------------------------------------------------------------
     def run_for(self, config: RunnableConfig | Mapping[str, Any] | None) -> str:
@@ -207,15 +209,9 @@ class Governor:
     def note_user_messages(self, run_id: str, messages: Sequence[AnyMessage]) -> None:
         """Record the thread's human messages as the run's trusted input (once each), so a
         data-flow policy trusts values the user gave and not values tool output gave."""
-        texts = [text for m in messages if isinstance(m, HumanMessage) for text in _texts(m)]
-        if not texts or self.gate.policy is None or self.gate.policy.flow is None:
-            return
-        with self.gate.store.read() as tx:
-            known = {body for _, body in tx.inputs(run_id)}
-        for text in texts:
-            if text not in known:
-                self.gate.record_input(run_id, text)
-                known.add(text)
+        self._inputs.note(
+            run_id, [text for m in messages if isinstance(m, HumanMessage) for text in _texts(m)]
+        )
 
     # -- one node's calls ---------------------------------------------------------------------
     def answer(self, run_id: str, tool_calls: Sequence[LangChainToolCall]) -> list[ToolMessage]:
