@@ -75,10 +75,10 @@ from pydantic_ai.usage import UsageLimits
 from tether.adapters.langgraph import GovernedToolNode
 from tether.adapters.openai_agents import govern, register
 from tether.adapters.pydantic_ai import Tether
-from tether.gate import Gate
-from tether.policy import Policy, Principal
+from tether.gate.pipeline import Gate
+from tether.policy.rules import Policy, Principal
 from tether.store.sqlite import SQLiteStore
-from tether.tools import Registry, Risk
+from tether.tools.registry import Registry, Risk
 
 TARGET_US = 1000.0  # issue 10: at most 1 ms added per call, median, on SQLite
 PRINCIPAL = Principal(subject="agent-1", tenant="acme")

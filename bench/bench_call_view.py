@@ -18,8 +18,8 @@ import tempfile
 import timeit
 from pathlib import Path
 
-from tether.approvals import Approval, CallBinding
-from tether.ledger import Effect, EffectStatus, operation_key
+from tether.core.approvals import Approval, CallBinding
+from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.store.base import RunRecord, Tx
 from tether.store.sqlite import SQLiteStore
 

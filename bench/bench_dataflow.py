@@ -96,7 +96,7 @@ def cost(calls: int, policy_text: str = PROVENANCE) -> dict[str, float]:
 def indexing_4kb() -> float:
     """Median microseconds to index one 4 KB untrusted text result (a web page, a long
     email): the part of the added cost that grows with what a tool returns."""
-    from tether.provenance import Origin, ProvenanceIndex
+    from tether.policy.provenance import Origin, ProvenanceIndex
 
     paragraph = " ".join(e["body"] for e in world.BASE.emails)
     text = (paragraph + " ") * (4096 // (len(paragraph) + 1) + 1)

@@ -46,7 +46,7 @@ import anyio
 import anyio.from_thread
 from mcp import Client, StdioServerParameters
 
-from tether.decisions import decide_approval
+from tether.gate.desk import decide_approval
 from tether.identity import Identity
 from tether.mcp.config import load_config
 from tether.mcp.gateway import Gateway
@@ -177,7 +177,7 @@ async def gate_floors(tmp: Path, mode: str, calls: int) -> dict[str, float]:
     gateway's handler reached the upstream before ``Gate.acall``), and ``await gate.acall``
     of an async tool on the loop (as the gateway calls it now)."""
     from tether import Gate, Policy, Principal, Registry, Risk
-    from tether.gate import ToolCall
+    from tether.gate.pipeline import ToolCall
 
     async with anyio.from_thread.BlockingPortal() as portal:
 

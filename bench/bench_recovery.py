@@ -25,8 +25,8 @@ from typing import Any
 from tether import Gate, Policy, Principal, Registry, Risk, Verdict
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.recovery import recover
-from tether.runs import Runner
+from tether.runs.recovery import recover
+from tether.runs.runner import Runner
 from tether.store.sqlite import SQLiteStore
 
 

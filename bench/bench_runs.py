@@ -51,9 +51,9 @@ from typing import Any
 from tether import Gate, Policy, Principal, Registry
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.runs import Runner
+from tether.runs.runner import Runner
 from tether.store.sqlite import SQLiteStore
-from tether.tools import ToolSpec
+from tether.tools.registry import ToolSpec
 
 
 def lookup(i: int) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tether.ledger import Effect, EffectStatus
+from tether.core.ledger import Effect, EffectStatus
 from tether.store import open_store
 from tether.store.base import RunRecord
 

@@ -24,7 +24,7 @@ from tether import (
     Worker,
     open_store,
 )
-from tether.tools import ToolSpec
+from tether.tools.registry import ToolSpec
 
 closed: Counter[str] = Counter()  # the outside system: how often each ticket was closed
 lock = threading.Lock()  # the worker drives runs on several threads

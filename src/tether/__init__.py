@@ -13,45 +13,45 @@ import importlib as _importlib
 import typing as _typing
 
 _EXPORTS = {
-    "App": "tether.app",
-    "Approval": "tether.approvals",
-    "ApprovalStatus": "tether.approvals",
-    "AuditReport": "tether.audit",
-    "Budget": "tether.budget",
-    "Decision": "tether.policy",
-    "Effect": "tether.ledger",
-    "EffectStatus": "tether.ledger",
-    "Gate": "tether.gate",
+    "App": "tether.runs.app",
+    "Approval": "tether.core.approvals",
+    "ApprovalStatus": "tether.core.approvals",
+    "AuditReport": "tether.evidence.audit",
+    "Budget": "tether.core.budget",
+    "Decision": "tether.policy.rules",
+    "Effect": "tether.core.ledger",
+    "EffectStatus": "tether.core.ledger",
+    "Gate": "tether.gate.pipeline",
     "Identity": "tether.identity",
-    "Manifest": "tether.tools",
+    "Manifest": "tether.tools.registry",
     "MemoryStore": "tether.store",
     "Message": "tether.models",
     "Model": "tether.models",
     "ModelToolCall": "tether.models",
-    "Outcome": "tether.gate",
-    "Policy": "tether.policy",
-    "Principal": "tether.policy",
-    "Registry": "tether.tools",
-    "Result": "tether.gate",
-    "Risk": "tether.tools",
-    "RunResult": "tether.runs",
-    "RunStatus": "tether.lifecycle",
-    "Runner": "tether.runs",
+    "Outcome": "tether.gate.pipeline",
+    "Policy": "tether.policy.rules",
+    "Principal": "tether.policy.rules",
+    "Registry": "tether.tools.registry",
+    "Result": "tether.gate.pipeline",
+    "Risk": "tether.tools.registry",
+    "RunResult": "tether.runs.runner",
+    "RunStatus": "tether.core.lifecycle",
+    "Runner": "tether.runs.runner",
     "SQLiteStore": "tether.store",
     "ScriptedModel": "tether.models.scripted",
-    "Step": "tether.runs",
+    "Step": "tether.runs.runner",
     "Store": "tether.store",
     "TetherError": "tether.errors",
-    "ToolCall": "tether.gate",
-    "Verdict": "tether.policy",
-    "Worker": "tether.worker",
-    "decide": "tether.policy",
+    "ToolCall": "tether.gate.pipeline",
+    "Verdict": "tether.policy.rules",
+    "Worker": "tether.runs.worker",
+    "decide": "tether.policy.rules",
     "errors": "tether.errors",
-    "load_app": "tether.app",
+    "load_app": "tether.runs.app",
     "open_store": "tether.store",
-    "operation_key": "tether.ledger",
-    "recover": "tether.recovery",
-    "rollback": "tether.recovery",
+    "operation_key": "tether.core.ledger",
+    "recover": "tether.runs.recovery",
+    "rollback": "tether.runs.recovery",
 }
 
 __all__ = [
@@ -113,20 +113,20 @@ def __dir__() -> list[str]:
 
 if _typing.TYPE_CHECKING:
     from tether import errors
-    from tether.app import App, load_app
-    from tether.approvals import Approval, ApprovalStatus
-    from tether.audit import AuditReport
-    from tether.budget import Budget
+    from tether.core.approvals import Approval, ApprovalStatus
+    from tether.core.budget import Budget
+    from tether.core.ledger import Effect, EffectStatus, operation_key
+    from tether.core.lifecycle import RunStatus
     from tether.errors import TetherError
-    from tether.gate import Gate, Outcome, Result, ToolCall
+    from tether.evidence.audit import AuditReport
+    from tether.gate.pipeline import Gate, Outcome, Result, ToolCall
     from tether.identity import Identity
-    from tether.ledger import Effect, EffectStatus, operation_key
-    from tether.lifecycle import RunStatus
     from tether.models import Message, Model, ModelToolCall
     from tether.models.scripted import ScriptedModel
-    from tether.policy import Decision, Policy, Principal, Verdict, decide
-    from tether.recovery import recover, rollback
-    from tether.runs import Runner, RunResult, Step
+    from tether.policy.rules import Decision, Policy, Principal, Verdict, decide
+    from tether.runs.app import App, load_app
+    from tether.runs.recovery import recover, rollback
+    from tether.runs.runner import Runner, RunResult, Step
+    from tether.runs.worker import Worker
     from tether.store import MemoryStore, SQLiteStore, Store, open_store
-    from tether.tools import Manifest, Registry, Risk
-    from tether.worker import Worker
+    from tether.tools.registry import Manifest, Registry, Risk

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from tether.digest import canonical_json
+from tether.core.digest import canonical_json
 from tether.errors import CredentialMissing, CredentialRefused, IdentityError
-from tether.policy import Principal
+from tether.policy.rules import Principal
 
 if TYPE_CHECKING:  # store.base imports approvals, which imports this module's token pattern
     from tether.store.base import CredentialRecord, Store, Tx

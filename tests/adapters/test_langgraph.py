@@ -582,7 +582,7 @@ def test_the_users_messages_are_the_runs_trusted_input(
     tmp_path: Path, request_text: str, pauses: bool
 ) -> None:
     from tether import Policy, Risk, Verdict
-    from tether.dataflow import FlowPolicy, FlowRule
+    from tether.policy.flow import FlowPolicy, FlowRule
 
     flow = Policy(
         version="lg-flow",

@@ -38,11 +38,11 @@ from agents.tracing import set_tracing_disabled
 
 from tether import Gate, Policy, Principal, Registry, Risk, Verdict
 from tether.adapters.openai_agents import Governed, govern, register, run_id_for, user_texts
-from tether.approvals import ApprovalStatus
-from tether.dataflow import FlowPolicy, FlowRule
+from tether.core.approvals import ApprovalStatus
+from tether.core.ledger import EffectStatus
 from tether.errors import ApprovalStateError, ConfigurationError, CredentialRefused, RunStateError
 from tether.identity import Identity, add_identity, authenticate
-from tether.ledger import EffectStatus
+from tether.policy.flow import FlowPolicy, FlowRule
 from tether.store import SQLiteStore, Store
 
 set_tracing_disabled(True)  # offline: no trace export

@@ -31,10 +31,10 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApp
 
 from tether import Gate, Policy, Principal, Registry, Risk, SQLiteStore, Verdict
 from tether.adapters.pydantic_ai import GovernedToolset, ResumeRefused, Tether, user_prompts
-from tether.approvals import ApprovalStatus
-from tether.dataflow import FlowPolicy, FlowRule
+from tether.core.approvals import ApprovalStatus
+from tether.core.ledger import EffectStatus
 from tether.identity import Identity, add_identity, authenticate
-from tether.ledger import EffectStatus
+from tether.policy.flow import FlowPolicy, FlowRule
 
 RUN = "conv-1"
 Output = str | DeferredToolRequests

@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.audit import MAIN, AuditHead, LogReplay, _fast_fields, entry_row, make_entry
-from tether.digest import canonical_json
-from tether.keys import AuditKeys
+from tether.core.digest import canonical_json
+from tether.evidence.audit import MAIN, AuditHead, LogReplay, _fast_fields, entry_row, make_entry
+from tether.evidence.keys import AuditKeys
 from tether.store import open_store
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)

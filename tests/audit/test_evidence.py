@@ -25,8 +25,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.pg import schema_url
-from tether.audit import MAIN, AuditHead, make_entry
-from tether.checkpoint import create_checkpoint, parse_checkpoint, verify_checkpoint
 from tether.errors import (
     ApprovalRequired,
     AuditKeyMissing,
@@ -34,12 +32,14 @@ from tether.errors import (
     ConfigurationError,
     StoreMissing,
 )
-from tether.gate import Gate, ToolCall
-from tether.keys import AuditKeys
-from tether.policy import Policy, Principal
+from tether.evidence.audit import MAIN, AuditHead, make_entry
+from tether.evidence.checkpoint import create_checkpoint, parse_checkpoint, verify_checkpoint
+from tether.evidence.keys import AuditKeys
+from tether.gate.pipeline import Gate, ToolCall
+from tether.policy.rules import Policy, Principal
 from tether.store import MemoryStore, Store, open_store
 from tether.store.base import AUDIT_KEY_ID
-from tether.tools import Manifest, Registry, Risk
+from tether.tools.registry import Manifest, Registry, Risk
 
 USER = Principal(subject="user-42", tenant="acme")
 REVIEWER = "reviewer-5"

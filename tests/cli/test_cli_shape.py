@@ -58,7 +58,7 @@ def human(out: subprocess.CompletedProcess[str]) -> str:
 # -- cold start ----------------------------------------------------------------------------------
 # What the command tree may import while it is built: the standard library, click, and the
 # command line's own modules. Everything else is imported inside the command that uses it.
-LIGHT = {"click", "tether.cli_common", "tether.cli"}
+LIGHT = {"click", "tether.cli.common", "tether.cli"}
 
 
 def module_level_imports(path: Path) -> set[str]:
@@ -105,18 +105,18 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("tether", "rich"
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
-    assert loaded <= {"tether", "tether.cli_common"} | {
+    assert loaded <= {"tether", "tether.cli.common"} | {
         f"tether.cli.{p.stem}" for p in CLI_MODULES if p.parent.name == "cli"
     } | {"tether.cli"}, loaded
     assert "audit" in out.stdout  # listed, though its module was not loaded
 
 
 def test_spelled_out_choices_match_the_enums() -> None:
-    from tether.approvals import ApprovalStatus
     from tether.cli.shared import APPROVAL_STATUSES, EFFECT_STATUSES, RUN_STATUSES, TOKEN_ENV
+    from tether.core.approvals import ApprovalStatus
+    from tether.core.ledger import EffectStatus
+    from tether.core.lifecycle import RunStatus
     from tether.identity import TOKEN_ENV as IDENTITY_TOKEN_ENV
-    from tether.ledger import EffectStatus
-    from tether.lifecycle import RunStatus
 
     assert list(RUN_STATUSES) == [s.value for s in RunStatus]
     assert list(APPROVAL_STATUSES) == [s.value for s in ApprovalStatus]
@@ -126,7 +126,7 @@ def test_spelled_out_choices_match_the_enums() -> None:
 
 def test_the_lazy_audit_group_is_described_as_it_describes_itself() -> None:
     from tether.cli import LAZY
-    from tether.cli_audit import audit
+    from tether.cli.audit import audit
 
     assert LAZY["audit"][2] == audit.get_short_help_str(limit=200)
 
@@ -318,9 +318,9 @@ def test_cancel_a_queued_run_and_no_worker_takes_it(cli: Cli) -> None:
 def test_cancel_run_refuses_a_finished_run_and_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.cancel import cancel_run
     from tether.demo import support
     from tether.errors import RunStateError
+    from tether.runs.cancel import cancel_run
     from tether.store import open_store
 
     monkeypatch.setenv("TETHER_DEMO_WORLD", str(tmp_path / "world.db"))

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tether.gate import Gate, ToolCall
-from tether.policy import Policy, Principal, ToolRule
-from tether.reconcile import reconcile_run
+from tether.core.verdicts import Verdict
+from tether.gate.pipeline import Gate, ToolCall
+from tether.policy.rules import Policy, Principal, ToolRule
+from tether.runs.reconcile import reconcile_run
 from tether.store import SQLiteStore
-from tether.tools import Registry, Risk
-from tether.verdicts import Verdict
+from tether.tools.registry import Registry, Risk
 
 RUN = "run-acall-crash"
 CALL = ToolCall(call_id="c1", tool="close_ticket", arguments={"ticket": "T-1"})

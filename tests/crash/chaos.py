@@ -30,18 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.app import App
+from tether.core.lifecycle import RunStatus
 from tether.crash import ENV as CRASH_ENV
 from tether.crash import POINTS, arm_from_environment
-from tether.decisions import decide_approval
 from tether.demo import TicketWorld
-from tether.gate import Result
-from tether.lifecycle import RunStatus
+from tether.gate.desk import decide_approval
+from tether.gate.pipeline import Result
 from tether.models import Message, ModelToolCall
-from tether.policy import Policy, Principal, ToolRule, Verdict
-from tether.recovery import recover
+from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.runs.app import App
+from tether.runs.recovery import recover
 from tether.store import SQLiteStore
-from tether.tools import Registry, Risk, ToolSpec
+from tether.tools.registry import Registry, Risk, ToolSpec
 
 TICKETS = ("T-1", "T-2", "T-3")
 FAULTS = ("none", "none", "raise", "timeout", "slow", "lock")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tether.ledger import EffectStatus
+from tether.core.ledger import EffectStatus
 from tether.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]

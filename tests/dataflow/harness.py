@@ -100,7 +100,7 @@ WITHOUT_SCREENING = PROVENANCE.replace(_SCREENING_RULE, "").replace(
     'version = "provenance"', 'version = "provenance-without-screening"'
 )
 
-# The provenance policy's verdicts written in Cedar instead (tether.cedar): the flow rules
+# The provenance policy's verdicts written in Cedar instead (tether.policy.cedar): the flow rules
 # still say how each argument is checked; Cedar decides from the labels.
 _CEDAR_POLICIES = """
 @id("reads-to-trusted-places")

@@ -44,7 +44,7 @@ def test_readme_flow_policy_loads() -> None:
 
 def test_readme_gateway_config_loads(tmp_path: Path) -> None:
     from tether.mcp.config import load_config
-    from tether.tools import Risk
+    from tether.tools.registry import Risk
 
     [toml] = [
         b

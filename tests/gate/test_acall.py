@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-import tether.gate
+import tether.gate.pipeline
 from tests.conftest import Backend
-from tether.dataflow import FlowPolicy, FlowRule
+from tether.core.ledger import EffectStatus
+from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired, ConfigurationError, OutcomeUnknown, TetherError
-from tether.gate import Gate, Outcome, Result, ToolCall
-from tether.ledger import EffectStatus
-from tether.policy import Policy, Principal, ToolRule
-from tether.provenance import Check
+from tether.gate.pipeline import Gate, Outcome, Result, ToolCall
+from tether.policy.flow import FlowPolicy, FlowRule
+from tether.policy.provenance import Check
+from tether.policy.rules import Policy, Principal, ToolRule
 from tether.store import MemoryStore, SQLiteStore, Store
-from tether.tools import Registry, Risk
-from tether.verdicts import Verdict
+from tether.tools.registry import Registry, Risk
 
 PRINCIPAL = Principal(subject="agent-1", tenant="acme")
 RUN = "run-acall"
@@ -187,7 +187,7 @@ def transcript(store: Store, policy: Policy, path: str, use_async: bool) -> dict
         return steps
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tether.gate, "crash_point", passed.append)
+        patch.setattr(tether.gate.pipeline, "crash_point", passed.append)
         # The call path: a plain thread, no loop (drive() is a coroutine only to share the
         # code; the synchronous path never awaits).
         steps = asyncio.run(drive()) if path == "acall" else _run_without_loop(drive)

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
-from tether.approvals import Approval, ApprovalStatus
-from tether.budget import Budget
-from tether.digest import digest
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.digest import digest
+from tether.core.ledger import EffectStatus
 from tether.errors import (
     ApprovalAlreadyUsed,
     ApprovalDenied,
@@ -39,12 +40,11 @@ from tether.errors import (
     ToolFailed,
     UnknownToolError,
 )
-from tether.gate import Gate, ToolCall
-from tether.ledger import EffectStatus
-from tether.planner import Outcome
-from tether.policy import Policy, Principal
+from tether.gate.pipeline import Gate, ToolCall
+from tether.gate.plan import Outcome
+from tether.policy.rules import Policy, Principal
 from tether.store import MemoryStore, SQLiteStore, Store
-from tether.tools import Manifest, Registry, Risk
+from tether.tools.registry import Manifest, Registry, Risk
 
 START = 1_000_000.0
 TTL = 600.0

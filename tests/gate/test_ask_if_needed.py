@@ -7,9 +7,9 @@ import pytest
 
 from tests.conftest import Backend
 from tether.errors import ApprovalRequired
-from tether.gate import Gate, ToolCall
-from tether.policy import Policy, Principal
-from tether.tools import Registry, Risk
+from tether.gate.pipeline import Gate, ToolCall
+from tether.policy.rules import Policy, Principal
+from tether.tools.registry import Registry, Risk
 
 
 def test_it_records_an_ask_once_and_writes_nothing_for_any_other_verdict(

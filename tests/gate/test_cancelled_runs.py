@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import Backend
-from tether.approvals import ApprovalStatus
-from tether.cancel import cancel_run
+from tether.core.approvals import ApprovalStatus
 from tether.errors import ApprovalRequired, RunStateError
-from tether.gate import Gate, ToolCall
-from tether.policy import Policy, Principal
-from tether.tools import Registry, Risk
+from tether.gate.pipeline import Gate, ToolCall
+from tether.policy.rules import Policy, Principal
+from tether.runs.cancel import cancel_run
+from tether.tools.registry import Registry, Risk
 
 
 def test_the_gate_refuses_every_call_of_a_cancelled_run(backend: Backend) -> None:

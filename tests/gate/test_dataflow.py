@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-import tether.gate
+import tether.gate.pipeline
 from tests.conftest import Backend
 from tether import Gate, Policy, Principal, Registry, Risk, ToolCall
-from tether.dataflow import FlowPolicy, FlowRule, SessionRule
+from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired
-from tether.verdicts import Verdict
+from tether.policy.flow import FlowPolicy, FlowRule, SessionRule
 
 PRINCIPAL = Principal(subject="agent", tenant="t1")
 POLICY = Policy(
@@ -162,7 +162,7 @@ def test_another_gate_on_the_same_store_knows_the_same_provenance(backend: Backe
 def test_the_index_cache_is_bounded_and_an_evicted_run_is_rebuilt(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tether.gate, "MAX_INDEXED_RUNS", 1)
+    monkeypatch.setattr(tether.gate.pipeline, "MAX_INDEXED_RUNS", 1)
     sent: list[dict[str, Any]] = []
     gate = Gate(registry(sent), POLICY, backend.store)
     a = start(gate, "Tell bob@corp.com")

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
-from tether.approvals import Approval, ApprovalStatus
-from tether.audit import CHAINS, AuditEntry, AuditHead
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.errors import (
     InternalError,
     InvalidTransition,
@@ -27,12 +27,12 @@ from tether.errors import (
     StoreError,
     ToolFailed,
 )
-from tether.gate import Gate, ToolCall
-from tether.ledger import Effect, EffectStatus, operation_key
-from tether.policy import Policy, Principal
+from tether.evidence.audit import CHAINS, AuditEntry, AuditHead
+from tether.gate.pipeline import Gate, ToolCall
+from tether.policy.rules import Policy, Principal
 from tether.store.base import RunRecord, Store, Tx
 from tether.store.sqlite import SQLiteStore
-from tether.tools import Manifest, Registry, Risk
+from tether.tools.registry import Manifest, Registry, Risk
 
 PRINCIPAL = Principal(subject="agent-1", tenant="acme")
 POLICY = Policy(version="policy-1")

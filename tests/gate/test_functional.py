@@ -32,7 +32,6 @@ from tether import (
     decide,
     operation_key,
 )
-from tether.audit import CHAINS, AuditHead, make_entry, verify_chain
 from tether.compat import (
     AgentHarness,
     PermissionLevel,
@@ -41,6 +40,7 @@ from tether.compat import (
     run_with_approval,
     sandboxed_eval,
 )
+from tether.core.screening import REDACTED, normalize, redact, screen_arguments, screen_result
 from tether.demo import seeds
 from tether.errors import (
     ApprovalDenied,
@@ -58,9 +58,9 @@ from tether.errors import (
     ToolFailed,
     UnknownToolError,
 )
-from tether.screening import REDACTED, normalize, redact, screen_arguments, screen_result
+from tether.evidence.audit import CHAINS, AuditHead, make_entry, verify_chain
 from tether.store import SQLiteStore, Store
-from tether.tools import schema_from_function
+from tether.tools.registry import schema_from_function
 
 POLICY = Policy(version="policy-3", approvers=frozenset({"reviewer-5"}))
 USER = Principal(

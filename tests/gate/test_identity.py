@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
-from tether.app import App
-from tether.approvals import (
+from tether.core.approvals import (
     Approval,
     ApprovalStatus,
     CallBinding,
@@ -21,9 +20,8 @@ from tether.approvals import (
     grant_payload,
     resource_of,
 )
-from tether.decisions import approval_audit, decide_approval, edit_approval
+from tether.core.digest import canonical_json
 from tether.demo import TicketWorld, build
-from tether.digest import canonical_json
 from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
@@ -31,6 +29,7 @@ from tether.errors import (
     CredentialRefused,
     IdentityError,
 )
+from tether.gate.desk import approval_audit, decide_approval, edit_approval
 from tether.identity import (
     Identity,
     add_identity,
@@ -40,6 +39,7 @@ from tether.identity import (
     require_token,
     revoke_identity,
 )
+from tether.runs.app import App
 from tether.store.base import Store
 
 NOW = 1_000.0

@@ -26,7 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import Backend
-from tether.budget import Budget
+from tether.core.budget import Budget
+from tether.core.ledger import EffectStatus
 from tether.errors import (
     ApprovalInvalid,
     ApprovalRequired,
@@ -40,17 +41,16 @@ from tether.errors import (
     StoreError,
     ToolFailed,
 )
-from tether.gate import Gate, ToolCall
-from tether.ledger import EffectStatus
+from tether.gate.pipeline import Gate, ToolCall
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy import Policy, Principal
-from tether.reconcile import reconcile_run
-from tether.recovery import recover
-from tether.runs import Runner
+from tether.policy.rules import Policy, Principal
+from tether.runs.reconcile import reconcile_run
+from tether.runs.recovery import recover
+from tether.runs.runner import Runner
 from tether.store import MemoryStore, SQLiteStore, Store
 from tether.store.postgres import PostgresStore, split_url
-from tether.tools import Manifest, Registry, Risk
+from tether.tools.registry import Manifest, Registry, Risk
 
 USER = Principal(subject="user-42", tenant="acme", scopes=frozenset({"w"}))
 POLICY = Policy(version="p1", approvers=frozenset({"reviewer-5"}))

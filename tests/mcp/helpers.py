@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tether.decisions import decide_approval
+from tether.gate.desk import decide_approval
 from tether.identity import add_identity, authenticate
 from tether.mcp.config import GatewayConfig, load_config
 from tether.mcp.gateway import Gateway

@@ -12,9 +12,9 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from tests.mcp.helpers import UPSTREAM, approval_id, approve, text, witness
-from tether.ledger import EffectStatus
+from tether.core.ledger import EffectStatus
 from tether.mcp.client import GovernedSession
-from tether.policy import Policy, Principal
+from tether.policy.rules import Policy, Principal
 from tether.store import SQLiteStore
 
 TOOLS: dict[str, dict[str, Any]] = {

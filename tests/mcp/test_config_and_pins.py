@@ -23,7 +23,7 @@ from tether.mcp.pins import (
     tool_digest,
     write_lock,
 )
-from tether.tools import Risk
+from tether.tools.registry import Risk
 
 SERVER = '[servers.s]\ncommand = "true"\n[servers.s.tools.t]\nrisk = "read"\n'
 

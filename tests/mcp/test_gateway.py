@@ -22,13 +22,13 @@ from tests.mcp.helpers import (
     witness,
     write_config,
 )
-from tether.decisions import decide_approval
+from tether.core.ledger import EffectStatus
 from tether.errors import TetherError
+from tether.gate.desk import decide_approval
 from tether.identity import add_identity, authenticate
-from tether.ledger import EffectStatus
 from tether.mcp.config import GatewayConfig
 from tether.mcp.gateway import Caller
-from tether.reconcile import resolve_effect
+from tether.runs.reconcile import resolve_effect
 from tether.store import SQLiteStore
 
 

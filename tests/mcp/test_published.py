@@ -25,7 +25,7 @@ from tests.mcp.helpers import (
     text,
     write_config,
 )
-from tether.ledger import EffectStatus
+from tether.core.ledger import EffectStatus
 from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
 

@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tether.app import App
-from tether.gate import Gate, ToolCall
+from tether.gate.pipeline import Gate, ToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy import Policy, Principal, ToolRule, Verdict
+from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.runs.app import App
 from tether.store import SQLiteStore
-from tether.tools import Registry, Risk
+from tether.tools.registry import Registry, Risk
 
 WORLD_ENV = "FRAMEWORK_WORLD"
 RUN_ID = "fw-1"

@@ -15,8 +15,8 @@ import pytest
 
 from tests.runs import framework_app
 from tests.runs.framework_app import RUN_ID, WORLD_ENV, app, witness
-from tether.ledger import EffectStatus
-from tether.recovery import recover
+from tether.core.ledger import EffectStatus
+from tether.runs.recovery import recover
 from tether.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]

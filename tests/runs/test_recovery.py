@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 
 from tests.conftest import Backend
-from tether.app import App
-from tether.decisions import decide_approval
+from tether.core.lifecycle import RunStatus
 from tether.demo import TicketWorld, build
 from tether.errors import StoreError
-from tether.gate import Result
-from tether.lifecycle import RunStatus
+from tether.gate.desk import decide_approval
+from tether.gate.pipeline import Result
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy import Policy, Principal, ToolRule, Verdict
-from tether.reconcile import resolve_effect
-from tether.recovery import recover, recoverable, rollback
-from tether.tools import Registry, Risk
+from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.runs.app import App
+from tether.runs.reconcile import resolve_effect
+from tether.runs.recovery import recover, recoverable, rollback
+from tether.tools.registry import Registry, Risk
 
 REVIEWER = "reviewer-5"
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import Backend
-from tether.app import App
-from tether.dataflow import FlowPolicy, FlowRule
+from tether.core.verdicts import Verdict
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy import Policy, Principal
-from tether.tools import Registry, Risk
-from tether.verdicts import Verdict
+from tether.policy.flow import FlowPolicy, FlowRule
+from tether.policy.rules import Policy, Principal
+from tether.runs.app import App
+from tether.tools.registry import Registry, Risk
 
 
 def app(sent: list[str], second_to: str) -> App:

@@ -26,17 +26,17 @@ from tests.runs.test_runs import (
     run_record,
     tool_messages,
 )
-from tether.app import App
+from tether.core.lifecycle import RunStatus
 from tether.demo import TicketWorld
 from tether.errors import ConfigurationError, RunStateError
-from tether.lifecycle import RunStatus
 from tether.models import Message
 from tether.models.scripted import ScriptedModel
-from tether.policy import Policy, Principal
-from tether.recovery import recover, rollback
-from tether.runs import Answered, Unsettled, Waiting, load_result
+from tether.policy.rules import Policy, Principal
+from tether.runs.app import App
+from tether.runs.recovery import recover, rollback
+from tether.runs.runner import Answered, Unsettled, Waiting, load_result
 from tether.store.base import Store
-from tether.tools import Registry
+from tether.tools.registry import Registry
 
 
 @pytest.fixture
@@ -321,8 +321,8 @@ def test_an_app_given_a_model_instance_names_the_fix() -> None:
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
-        ({"registry": [print]}, "registry is a list; it must be a tether.tools.Registry"),
-        ({"policy": {"version": "p"}}, "policy is a dict; it must be a tether.policy.Policy"),
+        ({"registry": [print]}, "registry is a list; it must be a tether.tools.registry.Registry"),
+        ({"policy": {"version": "p"}}, "policy is a dict; it must be a tether.policy.rules.Policy"),
         ({"principal": "user-1"}, "principal is a str"),
         ({"model": "gpt"}, "model is a str instance"),
         ({"max_turns": 0}, "max_turns is 0"),

@@ -28,8 +28,8 @@ from tether import (
     ScriptedModel,
     Store,
 )
-from tether.audit import CHAINS
 from tether.compat import run_with_approval
+from tether.core.lifecycle import RunStatus
 from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
@@ -40,9 +40,9 @@ from tether.errors import (
     RunStateError,
     StaleState,
 )
-from tether.lifecycle import RunStatus
-from tether.policy import Constraint, ToolRule
-from tether.runs import Runner, RunResult, load_result
+from tether.evidence.audit import CHAINS
+from tether.policy.rules import Constraint, ToolRule
+from tether.runs.runner import Runner, RunResult, load_result
 
 USER = Principal(subject="user-42", tenant="acme", scopes=frozenset({"ticket:write"}))
 REVIEWER = "reviewer-5"

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from tests.pg import schema_url
-from tether.decisions import decide_approval
+from tether.core.lifecycle import RunStatus
 from tether.demo import TicketWorld, build
 from tether.errors import StoreError
-from tether.lifecycle import RunStatus
+from tether.gate.desk import decide_approval
 from tether.store.postgres import PostgresStore, split_url
 
 APP = "tether.demo:support"

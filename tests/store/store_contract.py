@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tether.approvals import Approval, ApprovalStatus, CallBinding
-from tether.audit import CHAINS
+from tether.core.approvals import Approval, ApprovalStatus, CallBinding
+from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
-from tether.ledger import Effect, EffectStatus, operation_key
+from tether.evidence.audit import CHAINS
 from tether.store.base import CallView, RunRecord, Store, Tx
 
 
@@ -306,7 +306,7 @@ class StoreContract:
         assert store.keys.check(stored.key_id or "", stored.hash, stored.mac or "")
 
     def test_rows_written_are_recorded_by_the_next_entry(self, store: Store) -> None:
-        from tether.evidence import effect_digest
+        from tether.evidence.crosscheck import effect_digest
 
         with store.transaction() as tx:
             tx.insert_run(run_record())
@@ -335,7 +335,7 @@ class StoreContract:
     def test_notification_outbox_due_and_claimed_once(self, store: Store) -> None:
         from dataclasses import replace
 
-        from tether.notifications import notification_for
+        from tether.gate.notify import notification_for
 
         first, second = (notification_for(approval(f"apr-{n}", at=n), now=n) for n in (1, 2))
         with store.transaction() as tx:
@@ -360,7 +360,7 @@ class StoreContract:
         assert store.list_notifications() == [delivered, second]
 
     def test_a_rolled_back_request_leaves_no_notification(self, store: Store) -> None:
-        from tether.notifications import notification_for
+        from tether.gate.notify import notification_for
 
         with pytest.raises(RuntimeError), store.transaction() as tx:
             tx.insert_approval(approval())

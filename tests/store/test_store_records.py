@@ -1,4 +1,4 @@
-"""Records are declared once (``tether.records``): what is derived from the declaration must
+"""Records are declared once (``tether.core.records``): what is derived from the declaration must
 be what the schema, the stored JSON and the evidence digests have always been."""
 
 from __future__ import annotations
@@ -9,10 +9,15 @@ from dataclasses import replace
 import pytest
 
 from tests.store.store_contract import approval, effect, run_record
-from tether.approvals import Approval, ApprovalStatus
-from tether.digest import canonical_json, sha256_hex
-from tether.evidence import APPROVAL_COLUMNS, EFFECT_COLUMNS, approval_digest, effect_digest
-from tether.ledger import Effect, EffectStatus
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.ledger import Effect, EffectStatus
+from tether.evidence.crosscheck import (
+    APPROVAL_COLUMNS,
+    EFFECT_COLUMNS,
+    approval_digest,
+    effect_digest,
+)
 from tether.store import sql
 from tether.store.base import CredentialRecord, RunRecord, StepRecord
 

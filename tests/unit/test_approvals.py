@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.approvals import CallBinding
-from tether.digest import canonical_json, digest
+from tether.core.approvals import CallBinding
+from tether.core.digest import canonical_json, digest
 
 
 def _binding(**fields: Any) -> CallBinding:

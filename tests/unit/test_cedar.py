@@ -13,7 +13,7 @@ if not os.environ.get("CI"):
 from tests.unit.test_provenance import ALICE, C3, index_with, manifest
 from tether import Policy, Risk, Verdict, decide
 from tether.errors import ConfigurationError
-from tether.provenance import Origin, ProvenanceIndex
+from tether.policy.provenance import Origin, ProvenanceIndex
 
 CEDAR = """
 @id("trusted-writes")

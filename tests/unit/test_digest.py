@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.digest import canonical_json
+from tether.core.digest import canonical_json
 
 json_values = st.recursive(
     st.none()

@@ -59,7 +59,7 @@ def test_importing_tether_loads_nothing_until_a_name_is_used() -> None:
 
     probe = (
         "import sys, tether; print(sorted(m for m in sys.modules if m.startswith('tether')));"
-        "tether.Gate; print('tether.gate' in sys.modules, 'tether.cli' in sys.modules)"
+        "tether.Gate; print('tether.gate.pipeline' in sys.modules, 'tether.cli' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60

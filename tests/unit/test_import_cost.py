@@ -10,20 +10,20 @@ import sys
 import pytest
 
 MODULES = [
-    "tether.approvals",
-    "tether.budget",
-    "tether.digest",
-    "tether.keys",
-    "tether.limits",
+    "tether.core.approvals",
+    "tether.core.budget",
+    "tether.core.digest",
+    "tether.evidence.keys",
+    "tether.tools.limits",
     "tether.models",
     "tether.models.scripted",
-    "tether.policy",
-    "tether.sandbox",
-    "tether.screening",
-    "tether.state",
-    "tether.tenancy",
-    "tether.tools",
-    "tether.validation",
+    "tether.policy.rules",
+    "tether.compat.sandbox",
+    "tether.core.screening",
+    "tether.gate.state",
+    "tether.tools.tenancy",
+    "tether.tools.registry",
+    "tether.tools.schema",
 ]
 HEAVY = ["pydantic", "pydantic_core", "jsonschema", "pydantic_monty", "cryptography", "asyncio"]
 
@@ -52,7 +52,8 @@ def test_judging_modules_load_no_heavy_dependency() -> None:
 
 def test_parsing_a_policy_file_is_what_loads_pydantic() -> None:
     loaded = _loaded_after(
-        'from tether.policy import Policy\nPolicy.from_toml(\'version = "p1"\\napprovers = ["a"]\')'
+        "from tether.policy.rules import Policy\n"
+        'Policy.from_toml(\'version = "p1"\\napprovers = ["a"]\')'
     )
     assert "pydantic" in loaded
 
@@ -60,7 +61,7 @@ def test_parsing_a_policy_file_is_what_loads_pydantic() -> None:
 def test_sandbox_without_its_extra_names_the_install_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tether import sandbox
+    from tether.compat import sandbox
 
     monkeypatch.setitem(sys.modules, "pydantic_monty", None)  # import now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'tether\[sandbox\]'"):

@@ -16,9 +16,11 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tether.approvals import Approval, ApprovalStatus, grant_payload
-from tether.budget import Budget
-from tether.digest import evolve
+from tether.core.approvals import Approval, ApprovalStatus, grant_payload
+from tether.core.budget import Budget
+from tether.core.digest import evolve
+from tether.core.ledger import EffectStatus
+from tether.core.lifecycle import RunStatus
 from tether.errors import (
     ApprovalDenied,
     ApprovalInvalid,
@@ -31,10 +33,8 @@ from tether.errors import (
     RunStateError,
     ToolFailed,
 )
-from tether.keys import AuditKeys
-from tether.ledger import EffectStatus
-from tether.lifecycle import RunStatus
-from tether.planner import (
+from tether.evidence.keys import AuditKeys
+from tether.gate.plan import (
     Admit,
     ApprovalWrite,
     Ask,
@@ -48,10 +48,10 @@ from tether.planner import (
     plan_call,
     sealed_identity,
 )
-from tether.policy import Policy, Principal, ToolRule, Verdict
-from tether.state import RunState
+from tether.gate.state import RunState
+from tether.policy.rules import Policy, Principal, ToolRule, Verdict
 from tether.store.base import CallView, RunRecord
-from tether.tools import Manifest, Registry, Risk
+from tether.tools.registry import Manifest, Registry, Risk
 
 RUN = "run-p"
 KEYS = AuditKeys.ephemeral()
@@ -409,7 +409,7 @@ def test_planner_agrees_with_the_design(
 
 
 def _next(status: EffectStatus) -> set[EffectStatus]:
-    from tether.ledger import TRANSITIONS
+    from tether.core.ledger import TRANSITIONS
 
     return set(TRANSITIONS[status])
 

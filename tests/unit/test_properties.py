@@ -20,17 +20,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tether.audit import AuditEntry, AuditHead, make_entry, verify_chain
+from tether.core.ledger import TRANSITIONS, Effect, EffectStatus, operation_key
 from tether.errors import InvalidTransition
-from tether.ledger import TRANSITIONS, Effect, EffectStatus, operation_key
-from tether.policy import Constraint, Policy, Principal, ToolRule, Verdict, decide
+from tether.evidence.audit import AuditEntry, AuditHead, make_entry, verify_chain
+from tether.policy.rules import Constraint, Policy, Principal, ToolRule, Verdict, decide
 from tether.store.sqlite import SQLiteStore
-from tether.tools import Manifest, Risk
+from tether.tools.registry import Manifest, Risk
 
 S = EffectStatus
 
 # -- (a) the effect state machine --------------------------------------------------------------
-# The machine as designed, written out independently of tether.ledger. A call reconciled as
+# The machine as designed, written out independently of tether.core.ledger. A call reconciled as
 # absent never happened, so it may be dispatched again with the same key (the only cycle).
 SPEC: dict[EffectStatus, set[EffectStatus]] = {
     S.DISPATCHED: {S.COMMITTED, S.FAILED, S.UNKNOWN},

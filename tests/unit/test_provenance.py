@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from tether import Manifest, Policy, Principal, Risk, Verdict, decide
-from tether.dataflow import FlowPolicy, FlowRule, Marking, SessionRule, mark_untrusted
+from tether.core.screening import looks_like_injected_result, looks_like_injection
 from tether.errors import ConfigurationError
-from tether.provenance import (
+from tether.policy.flow import FlowPolicy, FlowRule, Marking, SessionRule, mark_untrusted
+from tether.policy.provenance import (
     Check,
     Origin,
     ProvenanceIndex,
@@ -19,7 +20,6 @@ from tether.provenance import (
     identifiers,
     label_argument,
 )
-from tether.screening import looks_like_injected_result, looks_like_injection
 
 ALICE = Principal(subject="agent", tenant="t1")
 C3 = Origin("c3", "read_inbox")
@@ -128,7 +128,7 @@ def test_trusted_fields_of_an_output_are_trusted_and_the_rest_is_not() -> None:
 def test_a_full_index_places_what_it_cannot_as_untrusted_never_unknown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tether import provenance
+    from tether.policy import provenance
 
     monkeypatch.setattr(provenance, "MAX_TOKENS", 8)
     index = ProvenanceIndex()
@@ -240,7 +240,7 @@ def test_trust_never_relaxes_irreversible_tools_or_flags_or_an_explicit_decision
     send = manifest("send_email")
     flagged = decide(POLICY, ALICE, send, {"to": "x"}, ("injection pattern in 'body'",), index)
     assert flagged.verdict is Verdict.DENY
-    from tether.policy import ToolRule
+    from tether.policy.rules import ToolRule
 
     strict = Policy(
         version="v1",

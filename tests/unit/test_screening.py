@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.screening import (
+from tether.core.screening import (
     CREDENTIAL_MIN_LENGTH,
     CREDENTIAL_PATTERN,
     INJECTION_ANCHORS,

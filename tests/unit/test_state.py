@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.budget import Budget
-from tether.digest import canonical_json
-from tether.policy import Principal
-from tether.state import RunState
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json
+from tether.gate.state import RunState
+from tether.policy.rules import Principal
 from tether.store.base import RunRecord
 
 PRINCIPAL = Principal(subject="user-1", tenant="acme", scopes=frozenset({"b", "a"}))

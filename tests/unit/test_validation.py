@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from tether.errors import InvalidArguments
-from tether.tools import Manifest, Registry, Tool, schema_from_function
-from tether.validation import compile_schema
+from tether.tools.registry import Manifest, Registry, Tool, schema_from_function
+from tether.tools.schema import compile_schema
 
 
 def _typed(

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import Backend
 from tests.web.inbox_app import propose
 from tether import SQLiteStore
-from tether.notifications import (
+from tether.gate.notify import (
     ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -182,14 +182,14 @@ def test_slack_gets_its_own_format_with_the_link(tmp_path: Path) -> None:
 
 
 def test_slack_fields_cannot_leave_their_code_span() -> None:
-    from tether.notifications import _slack_code
+    from tether.gate.notify import _slack_code
 
     assert _slack_code("a`<b|c>`&\n*x*") == "`a'&lt;b|c&gt;'&amp; *x*`"
     assert len(_slack_code("x" * 500)) == 102
 
 
 def test_a_signature_is_checked_in_time_and_in_full() -> None:
-    from tether.notifications import sign
+    from tether.gate.notify import sign
 
     body, now = b'{"id":"ntf-1"}', 1_800_000_000.0
     timestamp = f"{now:.0f}"
@@ -284,7 +284,7 @@ def test_tether_notify_delivers_the_outbox(tmp_path: Path) -> None:
 
 def test_a_webhook_must_say_where_and_a_generic_one_needs_its_secret() -> None:
     from tether.errors import ConfigurationError
-    from tether.notifications import check_base_url
+    from tether.gate.notify import check_base_url
 
     with pytest.raises(ConfigurationError, match="TETHER_WEBHOOK_SECRET"):
         Webhook("https://hooks.example/x", "json", None)

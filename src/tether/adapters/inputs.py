@@ -18,9 +18,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from tether.digest import sha256_hex
+from tether.core.digest import sha256_hex
 from tether.errors import StoreError
-from tether.gate import Gate
+from tether.gate.pipeline import Gate
 
 __all__ = ["UserInputs"]
 

@@ -48,11 +48,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
-from tether import run_log
 from tether.adapters.inputs import UserInputs
-from tether.approvals import Approval, ApprovalStatus
-from tether.budget import Budget
-from tether.decisions import as_approver, check_identity
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.screening import redact, screen_arguments, scrub, secret_values
 from tether.errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -68,12 +67,13 @@ from tether.errors import (
     StoreError,
     ToolFailed,
 )
-from tether.gate import Gate, ToolCall
+from tether.gate.desk import as_approver, check_identity
+from tether.gate.pipeline import Gate, ToolCall
+from tether.gate.state import RunState
 from tether.identity import Identity
-from tether.policy import Principal, decide
-from tether.screening import redact, screen_arguments, scrub, secret_values
-from tether.state import RunState
-from tether.tools import Registry
+from tether.policy.rules import Principal, decide
+from tether.runs import log as run_log
+from tether.tools.registry import Registry
 
 __all__ = [
     "DECISION_TYPES",

@@ -56,9 +56,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.adapters.inputs import UserInputs
-from tether.approvals import Approval, ApprovalStatus
-from tether.budget import Budget
-from tether.digest import canonical_json, sha256_hex
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.ledger import operation_key
 from tether.errors import (
     ApprovalRequired,
     ApprovalStateError,
@@ -73,12 +74,11 @@ from tether.errors import (
     StoreError,
     ToolFailed,
 )
-from tether.gate import Gate, ToolCall
+from tether.gate.pipeline import Gate, ToolCall
 from tether.identity import Identity
-from tether.ledger import operation_key
-from tether.policy import Principal
-from tether.tenancy import fill_tenant
-from tether.tools import OPERATION_KEY_PARAMETER, Manifest, Registry, Risk
+from tether.policy.rules import Principal
+from tether.tools.registry import OPERATION_KEY_PARAMETER, Manifest, Registry, Risk
+from tether.tools.tenancy import fill_tenant
 
 if TYPE_CHECKING:
     from agents import (

@@ -70,9 +70,11 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from tether.adapters.inputs import UserInputs
-from tether.approvals import Approval, ApprovalStatus
-from tether.budget import Budget
-from tether.digest import canonical_json, sha256_hex
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.ledger import Effect
+from tether.core.screening import redact
 from tether.errors import (
     ApprovalDenied,
     ApprovalInvalid,
@@ -85,13 +87,11 @@ from tether.errors import (
 )
 from tether.errors import ApprovalRequired as WaitForApproval
 from tether.errors import ToolFailed as TetherToolFailed
-from tether.gate import Gate, ToolCall
-from tether.ledger import Effect
-from tether.policy import Principal
-from tether.screening import redact
-from tether.state import RunState
-from tether.tenancy import fill_tenant
-from tether.tools import Registry
+from tether.gate.pipeline import Gate, ToolCall
+from tether.gate.state import RunState
+from tether.policy.rules import Principal
+from tether.tools.registry import Registry
+from tether.tools.tenancy import fill_tenant
 
 __all__ = [
     "GovernedToolset",

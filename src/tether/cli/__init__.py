@@ -32,11 +32,11 @@ from tether.cli.effects import effects
 from tether.cli.identities import approvers, principals
 from tether.cli.runs import recover_command, run_command, runs, worker_command
 
-# Command groups defined elsewhere, loaded only when used: ``tether.cli_audit`` imports the
+# Command groups defined elsewhere, loaded only when used: ``tether.cli.audit`` imports the
 # audit and checkpoint machinery (and through it most of tether), which ``tether --help``
 # has no need for. name -> (module, attribute, the line ``tether --help`` shows for it).
 LAZY: dict[str, tuple[str, str, str]] = {
-    "audit": ("tether.cli_audit", "audit", "Inspect the hash-chained audit log."),
+    "audit": ("tether.cli.audit", "audit", "Inspect the hash-chained audit log."),
     "serve": ("tether.cli.serve", "serve", "Serve the approval inbox: pages and a JSON API."),
     "notify": ("tether.cli.serve", "notify", "Deliver approval notifications to webhooks."),
     "mcp": ("tether.cli.mcp", "mcp", "The MCP gateway: govern any MCP server's tools."),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import echo_json, note
 from tether.cli.shared import open_store
-from tether.cli_common import DB_OPTION, JSON_OPTION
 
 
 @click.command()

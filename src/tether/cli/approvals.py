@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import Col, age, arguments_text, echo_json, table, when
 from tether.cli.shared import (
     APP_OPTION,
@@ -21,10 +22,9 @@ from tether.cli.shared import (
     open_store,
     token_file_option,
 )
-from tether.cli_common import DB_OPTION, JSON_OPTION
 
 if TYPE_CHECKING:
-    from tether.approvals import Approval
+    from tether.core.approvals import Approval
     from tether.identity import Identity
     from tether.store import Store
 
@@ -56,7 +56,7 @@ def _get_approval(store: Store, approval_id: str) -> Approval:
 @click.option("--run", "run_id", default=None, help="Only this run's approvals.")
 def approvals_list(db: str, as_json: bool, status: str | None, run_id: str | None) -> None:
     """List approval requests, oldest first (sensitive arguments masked)."""
-    from tether.approvals import ApprovalStatus
+    from tether.core.approvals import ApprovalStatus
 
     with look(db) as store:
         rows = store.list_approvals(ApprovalStatus(status) if status else None, run_id=run_id)
@@ -292,7 +292,7 @@ def _decide(
     as_json: bool,
     **how: Any,
 ) -> None:
-    from tether.decisions import decide_approval
+    from tether.gate.desk import decide_approval
     from tether.identity import require_token
 
     token = require_token("approver", token_file, "deciding an approval")
@@ -358,8 +358,8 @@ def approvals_edit(
 ) -> None:
     """Approve a pending call with other arguments: a new proposal, judged by the policy.
     The edit is a new approval with its own id, which replaces this one."""
-    from tether.decisions import edit_approval
     from tether.errors import ApprovalStateError
+    from tether.gate.desk import edit_approval
     from tether.identity import require_token
 
     arguments = json_input(arguments_json, "--arguments")

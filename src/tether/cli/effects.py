@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import Col, age, echo_json, table
 from tether.cli.shared import (
     EFFECT_STATUSES,
@@ -17,7 +18,6 @@ from tether.cli.shared import (
     look,
     open_store,
 )
-from tether.cli_common import DB_OPTION, JSON_OPTION
 
 
 @click.group()
@@ -73,7 +73,7 @@ def effects_list(db: str, as_json: bool, run_id: str | None, status: str | None)
 
 
 def effect_row(row: dict[str, Any]) -> dict[str, Any]:
-    from tether.approvals import mask_value
+    from tether.core.approvals import mask_value
 
     # The result is the tool's business; an error's text may quote a secret it was given.
     row.pop("result_json", None)
@@ -104,7 +104,7 @@ def effects_resolve(
     Whoever says so decides whether a side effect is sent again, so it takes an approver's
     credential (allowed for the run's tenant), like deciding an approval."""
     from tether.identity import require_token
-    from tether.reconcile import resolve_effect
+    from tether.runs.reconcile import resolve_effect
 
     _check_outcome(committed, absent, result_json)
     result = json_input(result_json, "--result") if result_json is not None else None

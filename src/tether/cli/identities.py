@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import Col, age, echo_json, note, table, when
 from tether.cli.shared import TOKEN_ENV, Kind, look, open_store, operator, parse_scopes
-from tether.cli_common import DB_OPTION, JSON_OPTION
 
 if TYPE_CHECKING:
     from tether.identity import Identity, Registered

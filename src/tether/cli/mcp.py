@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tether.cli.common import JSON_OPTION, open_cli_store
 from tether.cli.output import echo_json, note
-from tether.cli_common import JSON_OPTION, open_cli_store
 
 if TYPE_CHECKING:
     from tether.mcp.config import GatewayConfig

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import Col, age, echo_json, note, table, when
 from tether.cli.shared import (
     APP_OPTION,
@@ -21,12 +22,11 @@ from tether.cli.shared import (
     parse_scopes,
     token_file_option,
 )
-from tether.cli_common import DB_OPTION, JSON_OPTION
 
 if TYPE_CHECKING:
-    from tether.app import App
-    from tether.policy import Principal
-    from tether.runs import RunResult
+    from tether.policy.rules import Principal
+    from tether.runs.app import App
+    from tether.runs.runner import RunResult
     from tether.store import Store
     from tether.store.base import RunRecord, StepRecord
 
@@ -37,7 +37,7 @@ DEV_IDENTITY_WARNING = (
 # A run in one of these needs someone (or something) else before it moves again.
 STOPPED = ("awaiting_approval", "awaiting_reconciliation", "completed", "failed", "cancelled")
 FOLLOW_POLL_S = 0.5
-IN_FLIGHT_S = 300.0  # tether.recovery.IN_FLIGHT_S, without importing it at start-up
+IN_FLIGHT_S = 300.0  # tether.runs.recovery.IN_FLIGHT_S, without importing it at start-up
 
 
 # -- printing a run ------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def _shown(result: RunResult, record: RunRecord) -> dict[str, Any]:
 def _typed_principal(
     app: App, subject: str | None, tenant: str | None, scopes: str | None
 ) -> Principal:
-    from tether.policy import Principal
+    from tether.policy.rules import Principal
 
     base = app.principal
     return Principal(
@@ -182,9 +182,9 @@ def run_command(
 
     It acts for the app's principal, or for the principal whose credential is in
     $TETHER_PRINCIPAL_TOKEN (or --token-file)."""
-    from tether.app import load_app
     from tether.identity import read_token
-    from tether.runs import load_result
+    from tether.runs.app import load_app
+    from tether.runs.runner import load_result
 
     typed = (subject, tenant, scopes)
     token = read_token("principal", token_file)
@@ -235,8 +235,8 @@ def worker_command(
     idle_s: float | None,
 ) -> None:
     """Claim and drive runnable runs until SIGTERM; shares the work with other workers."""
-    from tether.app import load_app
-    from tether.worker import Worker
+    from tether.runs.app import load_app
+    from tether.runs.worker import Worker
 
     app = load_app(app_ref)
     with open_store(db, create=True) as store:
@@ -275,8 +275,8 @@ def recover_command(db: str, as_json: bool, app_ref: str, in_flight_s: float) ->
 
     Runs a framework drives (no conversation in tether) are not resumed: only the effects
     their dead process left unsettled are reconciled; the framework's next call replays them."""
-    from tether.app import load_app
-    from tether.recovery import recover
+    from tether.runs.app import load_app
+    from tether.runs.recovery import recover
 
     app = load_app(app_ref)
     with open_store(db, create=False) as store:
@@ -377,7 +377,7 @@ def runs_list(db: str, as_json: bool, status: str | None) -> None:
 def runs_show(db: str, as_json: bool, run_id: str, follow: bool) -> None:
     """Show a run: its status, steps and what it waits for."""
     from tether.errors import RunStateError
-    from tether.runs import load_result
+    from tether.runs.runner import load_result
 
     with look(db) as store:
         with store.read() as tx:
@@ -457,9 +457,9 @@ def runs_cancel(
     Cancelling ends a run nobody can restart and answers its pending approvals for the
     approvers, so it takes an approver's credential (allowed for the run's tenant), like
     deciding one of them."""
-    from tether.cancel import cancel
     from tether.errors import RunStateError
     from tether.identity import require_token
+    from tether.runs.cancel import cancel
 
     token = require_token("approver", token_file, "cancelling a run")
     with open_store(db, create=False) as store:
@@ -494,7 +494,7 @@ def runs_cancel(
 @click.argument("run_id")
 def runs_rollback(db: str, as_json: bool, app_ref: str | None, run_id: str) -> None:
     """Compensate the run's committed effects, newest first, each a governed call."""
-    from tether.recovery import rollback
+    from tether.runs.recovery import rollback
 
     with open_store(db, create=False) as store:
         app, _ = app_for_run(store, run_id, app_ref)

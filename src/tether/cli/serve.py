@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tether.cli_common import DB_OPTION, JSON_OPTION, open_cli_store
+from tether.cli.common import DB_OPTION, JSON_OPTION, open_cli_store
 
 if TYPE_CHECKING:
-    from tether.notifications import Webhook
+    from tether.gate.notify import Webhook
 
 F = TypeVar("F", bound=Callable[..., Any])
 SECRET_ENV = "TETHER_WEBHOOK_SECRET"
@@ -55,7 +55,7 @@ def webhook_options(f: F) -> F:
 
 
 def make_webhooks(webhooks: tuple[str, ...], slack: tuple[str, ...]) -> list[Webhook]:
-    from tether.notifications import Webhook
+    from tether.gate.notify import Webhook
 
     secret = os.environ.get(SECRET_ENV, "").encode() or None
     return [Webhook(u, "json", secret) for u in webhooks] + [Webhook(u, "slack") for u in slack]
@@ -131,7 +131,7 @@ def serve(
         raise click.ClickException(
             f"tether serve needs the web extra ({e.name} is missing): pip install 'tether[web]'"
         ) from None
-    from tether.notifications import Sender, check_base_url
+    from tether.gate.notify import Sender, check_base_url
     from tether.web.hosts import allowed_hosts as default_hosts
 
     if resume_runs and not app_ref:
@@ -152,8 +152,8 @@ def serve(
         thread = threading.Thread(target=sender.run, name="tether-notify", daemon=True)
         background.append((thread, sender.stop))
     if resume_runs:
-        from tether.app import load_app
-        from tether.worker import Worker
+        from tether.runs.app import load_app
+        from tether.runs.worker import Worker
 
         assert app_ref is not None
         worker = Worker(load_app(app_ref), store, app_ref=app_ref)
@@ -215,7 +215,7 @@ def notify(
     import signal
 
     from tether.cli.output import echo_json
-    from tether.notifications import Sender, check_base_url, outbox_summary
+    from tether.gate.notify import Sender, check_base_url, outbox_summary
 
     hooks = make_webhooks(webhooks, slack_webhooks)
     if base_url:

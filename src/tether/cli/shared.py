@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
-from tether.cli_common import open_cli_store
+from tether.cli.common import open_cli_store
 
 if TYPE_CHECKING:
-    from tether.app import App
     from tether.identity import Identity
+    from tether.runs.app import App
     from tether.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -141,8 +141,8 @@ APP_OPTION = click.option(
 
 
 def app_for_run(store: Store, run_id: str, app_ref: str | None) -> tuple[App, str]:
-    from tether.app import load_app
     from tether.errors import ConfigurationError, RunStateError
+    from tether.runs.app import load_app
 
     with store.read() as tx:
         record = tx.get_run(run_id)

@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tether.app import App
-from tether.digest import canonical_json
-from tether.gate import Result
+from tether.core.digest import canonical_json
+from tether.gate.pipeline import Result
 from tether.models import Message, ModelToolCall
-from tether.policy import Policy, Principal
+from tether.policy.rules import Policy, Principal
+from tether.runs.app import App
 from tether.store.base import Store
-from tether.tools import Registry, Risk, ToolSpec
+from tether.tools.registry import Registry, Risk, ToolSpec
 
 WORLD_ENV = "TETHER_DEMO_WORLD"
 

@@ -11,16 +11,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tether.budget import Budget
 from tether.compat import AgentHarness, PermissionLevel, RegisteredAction
+from tether.core.budget import Budget
 from tether.errors import ApprovalRequired, BudgetExceeded, UnknownToolError
-from tether.gate import Gate, ToolCall
+from tether.gate.pipeline import Gate, ToolCall
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy import Policy, Principal
-from tether.runs import run_with_approval
+from tether.policy.rules import Policy, Principal
+from tether.runs.runner import run_with_approval
 from tether.store.base import Store
-from tether.tools import Registry, Risk
+from tether.tools.registry import Registry, Risk
 
 Say = Callable[[str], None]
 

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.budget import Budget
+from tether.core.budget import Budget
 from tether.mcp.config import GatewayConfig, ServerConfig, tool_configs
 from tether.mcp.gateway import Caller, Gateway
 from tether.mcp.pins import Lock, read_lock
-from tether.policy import Policy, Principal
+from tether.policy.rules import Policy, Principal
 
 if TYPE_CHECKING:
     import mcp

@@ -42,10 +42,10 @@ from typing import Any
 
 import pydantic
 
-from tether.budget import Budget
+from tether.core.budget import Budget
 from tether.errors import ConfigurationError
-from tether.policy import Policy, Principal
-from tether.tools import Risk
+from tether.policy.rules import Policy, Principal
+from tether.tools.registry import Risk
 
 __all__ = ["GatewayConfig", "ServerConfig", "ToolConfig", "effective_risk", "load_config"]
 
@@ -321,7 +321,7 @@ def _policy(spec: _File, path: Path) -> Policy:
             raise ConfigurationError(f"gateway config {path}: policy_file {file} does not exist")
         return Policy.from_toml(file)
     if spec.policy is not None:
-        from tether.policy_file import parse_policy_file
+        from tether.policy.file import parse_policy_file
 
         try:
             return parse_policy_file(spec.policy)

@@ -40,22 +40,22 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
-from tether.approvals import ApprovalStatus
-from tether.budget import Budget
-from tether.digest import canonical_json, sha256_hex
+from tether.core.approvals import ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json, sha256_hex
 from tether.errors import (
     ApprovalRequired,
     ConfigurationError,
     PinError,
     TetherError,
 )
-from tether.gate import Gate, ToolCall
+from tether.gate.pipeline import Gate, ToolCall
+from tether.gate.plan import Outcome
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.upstream import Upstream
-from tether.planner import Outcome
-from tether.policy import Principal
-from tether.tools import Manifest, Registry
+from tether.policy.rules import Principal
+from tether.tools.registry import Manifest, Registry
 
 if TYPE_CHECKING:
     import mcp

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.digest import canonical_json, sha256_hex
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.screening import has_invisible, looks_like_injection, normalize
 from tether.errors import ConfigurationError
-from tether.screening import has_invisible, looks_like_injection, normalize
 
 __all__ = [
     "Lock",

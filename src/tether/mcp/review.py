@@ -19,8 +19,8 @@ from tether.mcp.pins import (
     tool_digest,
 )
 from tether.mcp.upstream import Upstream
-from tether.policy import Policy, Verdict
-from tether.tools import Risk
+from tether.policy.rules import Policy, Verdict
+from tether.tools.registry import Risk
 
 __all__ = ["Reviewed", "pin", "policy_verdict", "review", "survey"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from tether.tools import ToolSpec
+    from tether.tools.registry import ToolSpec
 
 Role = Literal["system", "user", "assistant", "tool"]
 

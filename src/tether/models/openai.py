@@ -22,7 +22,7 @@ except ImportError as e:
 from tether.errors import ModelError
 from tether.models import Message, ModelToolCall
 from tether.models.errors import api_message, hint, short
-from tether.tools import ToolSpec
+from tether.tools.registry import ToolSpec
 
 _HINTS = {409: "try again", 422: "check the messages, tools and parameters sent"}
 

@@ -9,7 +9,7 @@ from tether.errors import ConfigurationError
 from tether.models import Message, ModelToolCall
 
 if TYPE_CHECKING:
-    from tether.tools import ToolSpec
+    from tether.tools.registry import ToolSpec
 
 Turn = str | Sequence[ModelToolCall] | Message
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from tether.errors import ReadOnlyStore, StoreMissing
-from tether.keys import AuditKeys
+from tether.evidence.keys import AuditKeys
 from tether.store.base import RunRecord, StepRecord, Store, Tx
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SQLiteStore

@@ -7,7 +7,8 @@ the rules (compare-and-swap on run versions, status checks on effects and approv
 and authenticating audit entries, remembering the digest of every row written so the next
 entry records it) live here once, so every backend enforces them the same way.
 
-A store is opened with its audit keyring (``tether.keys``); ``Store._attach_keys`` finds it,
+A store is opened with its audit keyring (``tether.evidence.keys``); ``Store._attach_keys`` finds
+it,
 creates one only for a writer opening a store that records none, and refuses a store whose
 recorded key the ring lacks.
 """
@@ -24,10 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-from tether import keys as keyring
-from tether.approvals import Approval, ApprovalStatus
-from tether.audit import CHAINS, MAIN, AuditEntry, AuditHead, AuditReport, entry_row, make_entry
-from tether.digest import canonical_json, sha256_hex
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.ledger import Effect, EffectStatus
+from tether.core.lifecycle import RunStatus
+from tether.core.records import FIXED, Record
 from tether.errors import (
     AuditKeyMissing,
     InvalidTransition,
@@ -36,7 +38,17 @@ from tether.errors import (
     StaleState,
     StoreError,
 )
-from tether.evidence import (
+from tether.evidence import keys as keyring
+from tether.evidence.audit import (
+    CHAINS,
+    MAIN,
+    AuditEntry,
+    AuditHead,
+    AuditReport,
+    entry_row,
+    make_entry,
+)
+from tether.evidence.crosscheck import (
     APPROVAL,
     EFFECT,
     RUN,
@@ -45,10 +57,7 @@ from tether.evidence import (
     effect_digest,
     verify_evidence,
 )
-from tether.keys import AuditKeys
-from tether.ledger import Effect, EffectStatus
-from tether.lifecycle import RunStatus
-from tether.records import FIXED, Record
+from tether.evidence.keys import AuditKeys
 
 # tether_meta keys
 STORE_ID = "store_id"  # names the store in checkpoints and in its default key file
@@ -102,7 +111,7 @@ class CredentialRecord(Record):
 @dataclass(frozen=True, kw_only=True)
 class NotificationRecord(Record):
     """One row of the notification outbox: written in the transaction that made the thing it
-    tells about, delivered later by a sender (``tether.notifications``), never by the gate.
+    tells about, delivered later by a sender (``tether.gate.notify``), never by the gate.
 
     ``attempts`` is also the row's version: a sender claims a row by bumping it (and pushing
     ``next_attempt_at`` past its delivery timeout), so two senders never deliver one attempt."""
@@ -192,7 +201,7 @@ class Tx(abc.ABC):
 
     def append_input(self, run_id: str, source: str, body: str, at: float) -> None:
         """Record trusted input to a run (the user's request): the data-flow policy's
-        reference for where argument values may come from (``tether.provenance``)."""
+        reference for where argument values may come from (``tether.policy.provenance``)."""
         seq = len(self.inputs(run_id))
         if not self._insert_input(run_id, seq, source, body, at):
             raise StoreError(f"run {run_id} already has input {seq}; record it again")
@@ -526,7 +535,8 @@ class Store(abc.ABC):
 
     def state_digests(self) -> dict[str, str]:
         """Every effect, approval and run row, keyed as audit entries record them
-        (``effect:<key>``...), with its digest (``tether.evidence``). SQL backends digest the
+        (``effect:<key>``...), with its digest (``tether.evidence.crosscheck``). SQL backends
+        digest the
         rows as stored instead, so that a row no longer readable as a record still counts."""
         return {
             **{EFFECT + e.operation_key: effect_digest(e) for e in self.list_effects()},

@@ -14,11 +14,18 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from tether.approvals import Approval, ApprovalStatus
-from tether.audit import MAIN, AuditEntry, AuditHead, entry_row
-from tether.evidence import APPROVAL, EFFECT, RUN, Evidence, approval_digest, effect_digest
-from tether.keys import AuditKeys
-from tether.ledger import Effect, EffectStatus
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.ledger import Effect, EffectStatus
+from tether.evidence.audit import MAIN, AuditEntry, AuditHead, entry_row
+from tether.evidence.crosscheck import (
+    APPROVAL,
+    EFFECT,
+    RUN,
+    Evidence,
+    approval_digest,
+    effect_digest,
+)
+from tether.evidence.keys import AuditKeys
 from tether.store.base import (
     CredentialRecord,
     NotificationRecord,

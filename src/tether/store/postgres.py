@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from tether.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
-from tether.keys import NO_KEYS, AuditKeys, config_key_path
+from tether.evidence.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
+from tether.evidence.keys import NO_KEYS, AuditKeys, config_key_path
 from tether.store import migrations
 from tether.store.base import RunRecord, Tx
 from tether.store.sql import CLAIMABLE, RUN_COLUMNS, SQLStore, SQLTx
@@ -188,7 +188,7 @@ MIGRATIONS: list[str] = [
     """,
     """
     -- What a run's user (or its principal's code) told it: the trusted input the data-flow
-    -- policy compares argument values with (tether.provenance); one row per input.
+    -- policy compares argument values with (tether.policy.provenance); one row per input.
     CREATE TABLE run_inputs (
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,

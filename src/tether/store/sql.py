@@ -1,5 +1,5 @@
 """What the SQL backends (SQLite, PostgreSQL) share: the statements that write and read
-records (made from the records' own fields, ``tether.records``), the listing queries, which
+records (made from the records' own fields, ``tether.core.records``), the listing queries, which
 differ only in their placeholder and tie-break column, and reading the evidence (log, heads
 and row digests) in one snapshot."""
 
@@ -12,10 +12,12 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from typing import Any
 
-from tether.approvals import Approval, ApprovalStatus
-from tether.audit import AuditEntry, AuditHead
-from tether.digest import canonical_json
-from tether.evidence import (
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.digest import canonical_json
+from tether.core.ledger import Effect, EffectStatus
+from tether.core.records import Record, shape
+from tether.evidence.audit import AuditEntry, AuditHead
+from tether.evidence.crosscheck import (
     APPROVAL,
     APPROVAL_COLUMNS,
     EFFECT,
@@ -26,9 +28,7 @@ from tether.evidence import (
     effect_cells,
     row_digest,
 )
-from tether.keys import AuditKeys
-from tether.ledger import Effect, EffectStatus
-from tether.records import Record, shape
+from tether.evidence.keys import AuditKeys
 from tether.store.base import (
     CallView,
     CredentialRecord,

@@ -1,7 +1,7 @@
 """The approval inbox: ``tether serve``'s pages and JSON API (extra ``[web]``).
 
 ``service`` holds what both faces do (who sees which approval, deciding through
-``tether.decisions`` exactly as the command line does) and maps refusals to stable error codes;
+``tether.gate.desk`` exactly as the command line does) and maps refusals to stable error codes;
 ``auth`` holds sessions, CSRF tokens, the sign-in limiter and the trusted-proxy header;
 ``forms`` turns a tool's JSON Schema into an edit form and the form back into arguments;
 ``app`` assembles the ASGI application. Nothing here is imported by the core.

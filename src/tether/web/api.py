@@ -11,14 +11,14 @@ from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.approvals import ApprovalStatus
+from tether.core.approvals import ApprovalStatus
 from tether.errors import CredentialRefused
 from tether.identity import Identity, authenticate
 from tether.web.context import MAX_REASON, Site, client_key
 from tether.web.service import ID_PATTERN, WebError
 
 if TYPE_CHECKING:
-    from tether.approvals import Approval
+    from tether.core.approvals import Approval
 
 Status = Literal["pending", "approved", "denied", "expired", "used", "edited"]
 

@@ -1,6 +1,6 @@
 """The ASGI application ``tether serve`` runs: the inbox pages (``pages``) and the JSON API
 (``api``), both deciding through ``tether.web.service.Inbox``, which decides through
-``tether.decisions``.
+``tether.gate.desk``.
 
 Requests for a host the inbox was not told it is called are refused, and so are form posts
 from another origin (``hosts``: DNS rebinding, sibling sites on localhost). Every response

@@ -4,7 +4,7 @@ One field per top-level property: strings, numbers, integers and booleans get th
 input with the schema's limits as HTML constraints (so the browser refuses an obviously bad
 value before it is sent), enums a select, and anything else (objects, arrays, unions) a JSON
 text area. The browser's checks are a convenience: the edit is validated against the schema,
-and judged by the policy, on the server (``tether.decisions.edit_approval``).
+and judged by the policy, on the server (``tether.gate.desk.edit_approval``).
 
 A masked (sensitive) argument is never put in the page: its field starts empty, and left
 empty it keeps the value the call already had.

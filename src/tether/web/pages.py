@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
-from tether.approvals import ApprovalStatus
+from tether.core.approvals import ApprovalStatus
 from tether.errors import CredentialRefused
 from tether.identity import Identity, authenticate
 from tether.web.auth import COOKIE, Session, csrf_ok, identity_by_name, identity_for
@@ -22,7 +22,7 @@ from tether.web.forms import FormField, form_fields, read_form, refill
 from tether.web.service import WebError
 
 if TYPE_CHECKING:
-    from tether.approvals import Approval
+    from tether.core.approvals import Approval
 
 ErrorPage = Callable[[Request, WebError], Response]
 

@@ -1,6 +1,6 @@
 """What the inbox's pages and API both do, with the same rules: who may see an approval,
-what a page shows about it, and deciding it through ``tether.decisions`` (the functions the
-command line uses; the rules themselves live in ``tether.approvals.check_decider``).
+what a page shows about it, and deciding it through ``tether.gate.desk`` (the functions the
+command line uses; the rules themselves live in ``tether.core.approvals.check_decider``).
 
 An approval of a tenant the signed-in approver does not serve is not found, whatever its id:
 a 403 would confirm it exists. Every refusal becomes a ``WebError`` with a stable code.
@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether.approvals import Approval, ApprovalStatus
-from tether.decisions import decide_approval, edit_approval
+from tether.core.approvals import Approval, ApprovalStatus
 from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
@@ -28,12 +27,13 @@ from tether.errors import (
     StoreError,
     TetherError,
 )
+from tether.gate.desk import decide_approval, edit_approval
 from tether.identity import Identity
 
 if TYPE_CHECKING:
-    from tether.app import App
+    from tether.runs.app import App
     from tether.store import Store
-    from tether.tools import Manifest
+    from tether.tools.registry import Manifest
 
 
 class WebError(TetherError):
@@ -203,7 +203,7 @@ class Inbox:
         would let them run code in the server; it is compared, never imported."""
         import json
 
-        from tether.app import load_app
+        from tether.runs.app import load_app
 
         ref = self.app_ref
         if not ref:

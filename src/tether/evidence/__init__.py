@@ -1,0 +1,1 @@
+"""What happened, provably: the keyed audit log, its keys, row digests and signed checkpoints."""

@@ -1,0 +1,740 @@
+"""The gate: the one pipeline every tool call passes (DESIGN section 1).
+
+One transaction reads what the call needs (``Tx.call_view``), ``tether.gate.plan`` judges it
+(pure: the step order is written there, once) and ``apply`` writes the plan's rows and audit
+entries. A refusal is raised only after the transaction recording it commits, so a rejected
+call leaves an intact audit trail and no half-written effect. An admitted call has
+``dispatched`` durable before its tool is called with the operation key; the outcome is
+recorded in a second transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.ledger import EffectStatus
+from tether.core.lifecycle import RunStatus
+from tether.core.screening import INJECTION_FLAG, redact, screen_result, scrub
+from tether.crash import crash_point
+from tether.errors import (
+    ApprovalRequired,
+    ApprovalStateError,
+    ConfigurationError,
+    InternalError,
+    OutcomeUnknown,
+    Signal,
+    StoreError,
+    TetherError,
+    ToolFailed,
+)
+from tether.gate.desk import decide_approval, edit_approval, latest_approval
+from tether.gate.notify import notification_for
+from tether.gate.plan import (
+    Admit,
+    ApprovalWrite,
+    Ask,
+    AuditWrite,
+    EffectWrite,
+    Outcome,
+    Plan,
+    Replay,
+    ToolCall,
+    Write,
+    checkpoint,
+    plan_call,
+    sealed_identity,
+)
+from tether.gate.state import RunState, new_id
+from tether.identity import Identity
+from tether.policy.provenance import Origin, ProvenanceIndex
+from tether.policy.rules import Policy, Principal
+from tether.store.base import RunRecord, Store, Tx
+from tether.tools.registry import Registry, Tool
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from tether.policy.flow import FlowPolicy
+
+__all__ = ["Gate", "Outcome", "Result", "ToolCall", "apply"]
+
+Clock = Callable[[], float]
+MAX_INDEXED_RUNS = 256  # runs whose provenance index a gate keeps in memory
+EventListener = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a handler may return to name the outside system's record of the call."""
+
+    value: Any
+    external_reference: str | None = None
+
+
+class Gate:
+    """The pipeline every tool call passes; see the module docstring for its steps."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        policy: Policy | None,
+        store: Store,
+        *,
+        clock: Clock = time.time,
+    ) -> None:
+        if policy is not None:
+            unanswerable = policy.asks_without_approvers(registry.manifests())
+            if unanswerable:
+                raise ConfigurationError(
+                    f"policy {policy.version} would ask for approval of "
+                    f"{', '.join(unanswerable)} but names no approver; add approvers or make "
+                    "those calls allow or deny"
+                )
+        self.registry = registry
+        self.policy = policy
+        self.store = store
+        self.clock = clock
+        self._listeners: list[EventListener] = []
+        # Per run, what it has seen (tether.policy.provenance), for a policy with flow rules: kept
+        # for the most recent runs, rebuilt from the store for any other (bounded memory).
+        self._flow: FlowPolicy | None = policy.flow if policy is not None else None
+        self._indexes: OrderedDict[str, ProvenanceIndex] = OrderedDict()
+        self._indexes_lock = threading.Lock()
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Receive each ``tool_effect_resolved`` event after its transaction commits."""
+        self._listeners.append(listener)
+
+    @property
+    def policy_version(self) -> str:
+        return self.policy.version if self.policy is not None else ""
+
+    # -- runs --------------------------------------------------------------------------------
+    def start_run(
+        self,
+        principal: Principal,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+        status: str = RunStatus.RUNNING.value,
+    ) -> str:
+        run_id = run_id or new_id("run")
+        now = self.clock()
+        budget = budget or Budget()
+        state = RunState(
+            principal=principal,
+            budget=budget,
+            effects=0,
+            principal_seal=self.store.keys.seal(
+                "principal", sealed_identity(run_id, principal, budget)
+            ),
+        )
+        record = RunRecord(
+            run_id=run_id,
+            state_version=1,
+            status=status,
+            principal_id=principal.subject,
+            tenant_id=principal.tenant,
+            policy_version=self.policy_version,
+            checkpoint_json=state.dump(),
+            created_at=now,
+            updated_at=now,
+        )
+        with self.store.transaction() as tx:
+            tx.insert_run(record)
+            tx.append_audit(
+                "run_started",
+                at=now,
+                run_id=run_id,
+                actor=principal.subject,
+                data={"principal": principal.to_dict(), "budget": state.budget.to_dict()},
+            )
+        if self._flow is not None:
+            self._remember(run_id, ProvenanceIndex(self._flow.trusted_values))
+        return run_id
+
+    def run_state(self, run_id: str) -> RunState:
+        with self.store.read() as tx:
+            return RunState.load(_load_run(tx, run_id))
+
+    def record_input(self, run_id: str, text: str, *, source: str = "user") -> None:
+        """Record trusted input to a run: the user's request (or a later user message). The
+        data-flow policy trusts argument values found in it; tool output it does not. Durable,
+        so a run resumed in another process knows it too. Adapters call this with the
+        user's messages; ``tether.runs.runner`` does it for the opening request."""
+        if not isinstance(text, str) or not text:
+            raise ConfigurationError("record_input needs the user's text (a non-empty string)")
+        with self.store.transaction() as tx:
+            _load_run(tx, run_id)
+            tx.append_input(run_id, source, text, self.clock())
+        if self._flow is not None:
+            with self._indexes_lock:
+                index = self._indexes.get(run_id)
+            if index is not None:
+                index.add_trusted(text)
+
+    def provenance(self, run_id: str) -> ProvenanceIndex:
+        """What the run has seen, as the data-flow policy judges its calls by (read-only use:
+        the gate feeds it). Built from the store if this process does not have it."""
+        with self.store.read() as tx:
+            return self._index_in(tx, run_id, None)
+
+    def _index_in(self, tx: Tx, run_id: str, effect_count: int | None) -> ProvenanceIndex:
+        """The run's index, rebuilt from the transaction's rows when this process has none or
+        another process has dispatched calls of the run since (its effect count moved)."""
+        with self._indexes_lock:
+            index = self._indexes.get(run_id)
+            if index is not None:
+                self._indexes.move_to_end(run_id)
+        if index is not None and (effect_count is None or index.effects == effect_count):
+            return index
+        index = self._rebuild(tx, run_id)
+        self._remember(run_id, index)
+        return index
+
+    def _remember(self, run_id: str, index: ProvenanceIndex) -> None:
+        with self._indexes_lock:
+            self._indexes[run_id] = index
+            while len(self._indexes) > MAX_INDEXED_RUNS:
+                self._indexes.popitem(last=False)
+
+    def _rebuild(self, tx: Tx, run_id: str) -> ProvenanceIndex:
+        flow = self._flow
+        assert flow is not None
+        index = ProvenanceIndex(flow.trusted_values)
+        for _, body in tx.inputs(run_id):
+            index.add_trusted(body)
+        effects = tx.run_effects(run_id)
+        for effect in effects:
+            if effect.result_json is None:
+                continue
+            value = json.loads(effect.result_json)
+            known = self.registry.find(effect.tool_name)
+            self._learn(index, known, effect.call_id, effect.tool_name, value, effect.result_json)
+        index.effects = len(effects)
+        return index
+
+    def _learn(
+        self,
+        index: ProvenanceIndex,
+        tool: Tool | None,
+        call_id: str,
+        tool_name: str,
+        value: Any,
+        result_json: str,
+        flags: tuple[str, ...] | None = None,
+    ) -> bool:
+        """Feed one recorded result to the index, as at dispatch; whether it is trusted.
+        ``flags``: the result's screening flags, if already known."""
+        flow = self._flow
+        assert flow is not None
+        if tool is None:  # no longer registered: nothing vouches for it
+            trusted, fields, limit = False, frozenset[str](), 65_536
+        else:
+            trusted, fields = flow.output_trust(tool.manifest)
+            limit = tool.manifest.max_result_bytes
+        if flags is None:
+            text = value if isinstance(value, str) else result_json
+            flags = screen_result(text, limit).flags
+        flagged = not trusted and INJECTION_FLAG in flags
+        index.add_output(
+            Origin(call_id, tool_name),
+            value,
+            trusted=trusted,
+            trusted_fields=fields,
+            flagged=flagged,
+        )
+        return trusted
+
+    # -- the pipeline ------------------------------------------------------------------------
+    def call(self, run_id: str, call: ToolCall) -> Outcome:
+        """Judge and, if allowed, run one call. Raises a ``Denied`` or a signal otherwise.
+
+        An ``async def`` tool is run to completion on an event loop of its own
+        (``asyncio.run``); from a thread that runs an event loop, use ``acall``."""
+        started = time.perf_counter()
+        if _loop_running():
+            tool = self.registry.find(call.tool)
+            if tool is not None and tool.is_async:
+                raise ConfigurationError(
+                    f"tool '{call.tool}' is async and this thread runs an event loop, so "
+                    "Gate.call cannot wait for it here; use `await gate.acall(...)`"
+                )
+        admitted = self._admit(run_id, call)
+        if isinstance(admitted, Outcome):
+            return admitted
+        plan, index = admitted
+        raw: Any = None
+        error: BaseException | None = None
+        try:
+            raw = _invoke(plan.tool, plan.arguments, plan.effect.operation_key)
+        except Exception as e:
+            error = e
+        return self._settle(plan, started, index, raw, error)
+
+    async def acall(self, run_id: str, call: ToolCall) -> Outcome:
+        """``call`` for an asyncio caller: the same plan, writes, audit entries, outcome,
+        replay and exceptions, with the tool awaited on the caller's own event loop — no
+        thread hop on the way in or back.
+
+        The store's two transactions run synchronously on the loop's thread (on SQLite well
+        under a millisecond each). A caller whose store may block for longer (PostgreSQL over
+        a network) and whose loop must not wait can run the synchronous path in a worker
+        thread instead: ``await anyio.to_thread.run_sync(gate.call, run_id, call)``.
+
+        How the tool runs: an ``async def`` handler is awaited (with the manifest's
+        ``timeout_s``, under ``asyncio.wait_for``); a synchronous handler is called directly
+        on the loop's thread, or, if it has a ``timeout_s``, in the gate's tool thread while
+        the loop waits. A timeout is recorded as ``unknown`` exactly as ``call`` records it
+        (the tool may have acted). If the awaiting task is cancelled while the tool runs, the
+        effect is recorded as ``unknown`` too (the gate cannot tell whether it acted) and the
+        cancellation goes on; shield the call if its outcome must be waited for."""
+        import asyncio
+
+        started = time.perf_counter()
+        admitted = self._admit(run_id, call)
+        if isinstance(admitted, Outcome):
+            return admitted
+        plan, index = admitted
+        raw: Any = None
+        error: BaseException | None = None
+        try:
+            raw = await _ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
+        except asyncio.CancelledError as e:
+            # Recorded as unknown; the caller asked for the cancellation, so that goes on.
+            with contextlib.suppress(OutcomeUnknown):
+                self._settle(plan, started, index, None, e)
+            raise
+        except Exception as e:
+            error = e
+        return self._settle(plan, started, index, raw, error)
+
+    def _admit(self, run_id: str, call: ToolCall) -> tuple[Admit, ProvenanceIndex | None] | Outcome:
+        """Steps 0-7: judge the call and record the plan in one transaction. An admitted
+        call comes back with ``dispatched`` durable; a replay as its recorded outcome; any
+        other verdict is raised after its transaction commits."""
+        now = self.clock()
+        try:
+            with self.store.transaction() as tx:
+                plan, index = self._plan(tx, run_id, call, now)
+                apply(tx, run_id, now, plan.writes)
+                if isinstance(plan, Admit):
+                    crash_point("gate.before_dispatch_commit")
+        except (TetherError, Signal):
+            raise
+        except Exception as e:
+            # A bug, not a verdict: the transaction rolled back, so nothing was dispatched.
+            raise InternalError(
+                f"tether could not judge call {call.call_id} ('{call.tool}'): {e!r}; nothing "
+                "was dispatched or recorded — this is a bug, please report it"
+            ) from e
+        if isinstance(plan, Admit):
+            crash_point("gate.after_dispatch_commit")
+            if index is not None and plan.fresh:
+                index.effects += 1
+            return plan, index
+        if isinstance(plan, Replay):
+            if plan.error is not None:
+                raise plan.error
+            assert plan.outcome is not None
+            if index is not None:
+                return self._marked(plan.outcome, plan.effect.call_id, plan.effect.tool_name)
+            return plan.outcome
+        raise plan.signal if isinstance(plan, Ask) else plan.error
+
+    def _plan(
+        self, tx: Tx, run_id: str, call: ToolCall, now: float
+    ) -> tuple[Plan, ProvenanceIndex | None]:
+        """The planner's verdict on ``call`` from one read of the run, and the run's
+        provenance index when the policy has flow rules (the one place both are made)."""
+        view = tx.call_view(run_id, call.call_id)
+        index = None
+        if self._flow is not None and view.run is not None:
+            index = self._index_in(tx, run_id, view.effect_count)
+        plan = plan_call(
+            call,
+            view,
+            run_id=run_id,
+            registry=self.registry,
+            policy=self.policy,
+            seals=self.store.keys,
+            now=now,
+            mint=new_id,
+            provenance=index,
+        )
+        return plan, index
+
+    def _marked(self, outcome: Outcome, call_id: str, tool_name: str) -> Outcome:
+        """A replayed outcome marked as its first dispatch was, if its tool is untrusted."""
+        flow = self._flow
+        assert flow is not None
+        known = self.registry.find(tool_name)
+        if known is not None and flow.output_trust(known.manifest)[0]:
+            return outcome
+        return replace(
+            outcome, text=self._mark(outcome.text, outcome.operation_key, call_id, tool_name)
+        )
+
+    def _mark(self, text: str, operation_key: str, call_id: str, tool_name: str) -> str:
+        """Untrusted output delimited for the model, its boundary derived from the operation
+        key (so a replay is marked exactly as the first dispatch was)."""
+        from tether.policy.flow import mark_untrusted
+
+        assert self._flow is not None
+        boundary = sha256_hex(operation_key)[:12]
+        return mark_untrusted(text, call_id, tool_name, boundary, self._flow.marking)
+
+    def ask_if_needed(self, run_id: str, call: ToolCall) -> ApprovalRequired | None:
+        """Judge ``call`` without running it, for frameworks that ask before they call: if
+        the gate would ask a human, record the request exactly as ``call`` would and return
+        its signal; on any other verdict (allow, a grant to use, a replay, a refusal) write
+        nothing and return None — ``call`` acts on it when the framework calls the tool."""
+        now = self.clock()
+        with self.store.transaction() as tx:
+            plan, _ = self._plan(tx, run_id, call, now)
+            if not isinstance(plan, Ask):
+                return None
+            apply(tx, run_id, now, plan.writes)
+        return plan.signal
+
+    def _settle(
+        self,
+        admitted: Admit,
+        started: float,
+        index: ProvenanceIndex | None,
+        raw: Any,
+        error: BaseException | None,
+    ) -> Outcome:
+        """Steps 9-10, after the tool was called with its key (step 8, in ``call`` and
+        ``acall``): record what happened — ``raw`` it returned, or the ``error`` it raised
+        (a timeout or a cancellation: unknown; anything else: failed)."""
+        tool, effect = admitted.tool, admitted.effect
+        failure: BaseException | None = None
+        if error is None:
+            target = EffectStatus.COMMITTED
+        elif isinstance(error, TimeoutError) or _is_cancellation(error):
+            target = EffectStatus.UNKNOWN
+            failure = OutcomeUnknown(tool.name, effect.operation_key)
+        else:
+            target = EffectStatus.FAILED
+            detail = _safe_error(error, admitted.secrets)
+            failure = ToolFailed(tool.name, effect.operation_key, error, detail=detail)
+            failure.__cause__ = error
+        crash_point("gate.after_tool_return")
+        # From here on nothing may raise before the outcome is recorded: the tool has run.
+        value, reference, problem = _recordable(raw) if failure is None else (None, None, None)
+        safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
+        result_json = canonical_json(safe_value) if target is EffectStatus.COMMITTED else None
+        screened = screen_result(
+            safe_value if isinstance(safe_value, str) or result_json is None else result_json,
+            tool.manifest.max_result_bytes,
+        )
+        if problem is not None:
+            screened = replace(screened, flags=(*screened.flags, problem))
+        now = self.clock()
+        resolved = effect.advance(
+            target,
+            now,
+            result_json=result_json,
+            result_digest=None if result_json is None else "sha256:" + sha256_hex(result_json),
+            external_reference=reference,
+            error=problem
+            if failure is None
+            else _safe_error(failure.__cause__ or failure, admitted.secrets),
+        )
+        redactions = sorted(set(admitted.redactions) | set(result_redactions))
+        event: dict[str, Any] = {
+            "event": "tool_effect_resolved",
+            "run_id": effect.run_id,
+            "step_id": f"step-{admitted.step}",
+            "call_id": effect.call_id,
+            "operation_key": effect.operation_key,
+            "tool": tool.name,
+            "tool_version": effect.tool_version,
+            "policy_version": admitted.decision.policy_version,
+            "policy_decision": admitted.label,
+            "effect_status": target.value,
+            "result_digest": resolved.result_digest,
+            "external_reference": reference,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+            "redactions": redactions,
+        }
+        try:
+            with self.store.transaction() as tx:
+                tx.update_effect(resolved, EffectStatus.DISPATCHED)
+                refund = target is EffectStatus.FAILED and tool.manifest.cost > 0
+                if refund or (admitted.counts_bytes and target is EffectStatus.COMMITTED):
+                    # A failed call did not happen, so it costs nothing (an unknown one may have).
+                    record = _load_run(tx, effect.run_id)
+                    state = RunState.load(record)
+                    budget = (
+                        state.budget.refund(tool.manifest.cost)
+                        if refund
+                        else state.budget.add_bytes(len(screened.text.encode()))
+                    )
+                    tx.update_run(record, checkpoint_json=checkpoint(state, budget), updated_at=now)
+                tx.append_audit(
+                    "tool_effect_resolved",
+                    at=now,
+                    run_id=effect.run_id,
+                    actor=admitted.actor,
+                    data=event,
+                    redactions=redactions,
+                )
+        except (TetherError, Signal):
+            raise
+        except Exception as e:
+            # The tool ran, but its outcome is not recorded: the effect stays ``dispatched``
+            # (durable), so recovery reconciles it rather than anyone guessing.
+            raise InternalError(
+                f"the outcome of {effect.operation_key} could not be recorded ({e!r}); the "
+                "effect stays dispatched until `tether recover` reconciles it"
+            ) from e
+        crash_point("gate.after_outcome_commit")
+        for listener in self._listeners:
+            listener(event)
+        if failure is not None:
+            raise failure from failure.__cause__
+        text = screened.text
+        if index is not None and result_json is not None:
+            # What the model will read of this output, it may act on: the index learns it
+            # from the value as recorded (redacted), exactly what a rebuild reads back.
+            trusted = self._learn(
+                index, tool, effect.call_id, tool.name, safe_value, result_json, screened.flags
+            )
+            if not trusted:
+                text = self._mark(text, effect.operation_key, effect.call_id, tool.name)
+        return Outcome(
+            operation_key=effect.operation_key,
+            status=target,
+            result=value,
+            text=text,
+            replayed=False,
+            policy_decision=admitted.label,
+            external_reference=reference,
+            flags=admitted.flags + tuple(f"redacted '{n}'" for n in redactions) + screened.flags,
+        )
+
+    # -- human decisions ---------------------------------------------------------------------
+    def approve(
+        self, approval_id: str, approver: Identity | str, *, reason: str | None = None
+    ) -> Approval:
+        """Grant a pending approval. ``approver`` is an authenticated ``Identity`` (see
+        ``tether.identity.authenticate``) or, for trusted in-process code, a name."""
+        return self._decide(approval_id, approver, approve=True, reason=reason)
+
+    def deny(
+        self, approval_id: str, approver: Identity | str, *, reason: str | None = None
+    ) -> Approval:
+        """Deny a pending approval; ``reason`` is fed back to the model."""
+        return self._decide(approval_id, approver, approve=False, reason=reason)
+
+    def _decide(
+        self, approval_id: str, approver: Identity | str, *, approve: bool, reason: str | None
+    ) -> Approval:
+        if self.policy is None:
+            raise ApprovalStateError("no policy is loaded, so no one is authorised to approve")
+        return decide_approval(
+            self.store,
+            approval_id,
+            approver,
+            approve=approve,
+            now=self.clock(),
+            reason=reason,
+            policy=self.policy,
+        )
+
+    def edit(
+        self,
+        approval_id: str,
+        approver: Identity | str,
+        arguments: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+    ) -> Approval:
+        """Replace a pending call's arguments as an approver: a new proposal with its own
+        digest, judged by the policy again, approved by the editor. Returns the new approval."""
+        if self.policy is None:
+            raise ApprovalStateError("no policy is loaded, so no one is authorised to edit")
+        return edit_approval(
+            self.store,
+            self.registry,
+            self.policy,
+            approval_id,
+            approver,
+            dict(arguments),
+            now=self.clock(),
+            reason=reason,
+        )
+
+    def approval_for(self, run_id: str, call_id: str) -> Approval | None:
+        """The latest approval requested for a call (expired first if its time is up)."""
+        return latest_approval(self.store, run_id, call_id, self.clock())
+
+
+def _load_run(tx: Tx, run_id: str) -> RunRecord:
+    record = tx.get_run(run_id)
+    if record is None:
+        raise StoreError(f"no run {run_id}; start one with Gate.start_run or `tether run`")
+    return record
+
+
+def apply(tx: Tx, run_id: str, now: float, writes: tuple[Write, ...]) -> None:
+    """The one writer: a plan's rows and audit entries, in the plan's order (each audit entry
+    records the digests of the rows written before it)."""
+    for write in writes:
+        if isinstance(write, AuditWrite):
+            tx.append_audit(
+                write.kind,
+                at=now,
+                run_id=run_id,
+                actor=write.actor,
+                data=write.data,
+                redactions=write.redactions,
+            )
+        elif isinstance(write, EffectWrite):
+            if write.expected is None:
+                tx.insert_effect(write.effect)
+            else:
+                tx.update_effect(write.effect, write.expected)
+        elif isinstance(write, ApprovalWrite):
+            if write.expected is None:
+                tx.insert_approval(write.approval)
+                if write.approval.status is ApprovalStatus.PENDING:
+                    # The outbox row commits with the request or not at all; a sender
+                    # delivers it later, so the call never waits on a webhook.
+                    tx.enqueue_notification(notification_for(write.approval, now))
+            else:
+                tx.update_approval(write.approval, write.expected)
+        else:
+            tx.update_run(write.record, checkpoint_json=write.checkpoint_json, updated_at=now)
+
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _tool_thread() -> concurrent.futures.ThreadPoolExecutor:
+    import concurrent.futures  # only tools with a timeout need a thread
+
+    global _executor
+    if _executor is None:
+        _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="tether-tool")
+    return _executor
+
+
+def _invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    timeout = tool.manifest.timeout_s
+    if timeout is None:
+        return _run_to_end(tool, arguments, key)
+    # A thread lets the gate stop waiting; it cannot stop the tool, which is exactly why a
+    # timeout is recorded as "unknown" rather than "failed".
+    import concurrent.futures
+
+    future = _tool_thread().submit(_run_to_end, tool, arguments, key)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def _run_to_end(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    """The tool's answer from a synchronous caller: an async tool runs on a loop of its own
+    (``Gate.call`` refuses an async tool on a thread whose loop is running)."""
+    raw = tool.invoke(arguments, key)
+    if inspect.iscoroutine(raw):
+        import asyncio
+
+        return asyncio.run(raw)
+    return raw
+
+
+async def _ainvoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    """The tool's answer on the caller's event loop (see ``Gate.acall``)."""
+    import asyncio
+
+    timeout = tool.manifest.timeout_s
+    if timeout is not None and not tool.is_async:
+        # A synchronous tool with a limit runs in the tool thread, as under ``call``, so
+        # the loop can stop waiting for it (and keeps serving others meanwhile).
+        running = asyncio.get_running_loop().run_in_executor(
+            _tool_thread(), _run_to_end, tool, arguments, key
+        )
+        try:
+            return await asyncio.wait_for(running, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {timeout}s") from None
+    raw = tool.invoke(arguments, key)
+    if not inspect.isawaitable(raw):
+        return raw
+    if timeout is None:
+        return await raw
+    try:
+        return await asyncio.wait_for(raw, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an asyncio event loop (no import: without asyncio loaded,
+    none can be)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(error, asyncio.CancelledError)
+
+
+def _unwrap(raw: Any) -> tuple[Any, str | None]:
+    if isinstance(raw, Result):
+        return raw.value, raw.external_reference
+    if isinstance(raw, Mapping) and isinstance(raw.get("external_reference"), str):
+        return dict(raw), raw["external_reference"]
+    return raw, None
+
+
+def _recordable(raw: Any) -> tuple[Any, str | None, str | None]:
+    """The tool's answer as JSON (pydantic models, dataclasses, datetimes, enums, sets...),
+    its external reference, and why it could not be kept, if it could not. The call has
+    happened either way, so an answer that is not JSON becomes a recorded note, never an
+    exception that would leave the effect ``dispatched`` and make a retry look like a
+    timeout."""
+    try:
+        value, reference = _unwrap(raw)
+        if not isinstance(value, str | int | float | bool | type(None)):
+            import pydantic_core  # rich values only; the import costs start-up time
+
+            value = pydantic_core.to_jsonable_python(value)
+        canonical_json(value)  # NaN, infinities and cycles fail here, not in the store
+        if reference is not None and not isinstance(reference, str):
+            reference = str(reference)
+        return value, reference, None
+    except Exception as e:
+        problem = f"result could not be recorded as JSON ({type(e).__name__}: {e})"[:500]
+        return {"error": "result_not_json", "detail": problem}, None, problem
+
+
+def _safe_error(error: BaseException, secrets: tuple[str, ...]) -> str:
+    """An exception as it may be stored and shown: arguments' secrets and anything that
+    looks like a credential removed (a failing client often quotes the password it used)."""
+    text = repr(error)[:2000]
+    return str(redact(scrub(text, secrets))[0])

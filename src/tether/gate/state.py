@@ -1,0 +1,107 @@
+"""The part of a run's checkpoint that the gate and the runner share: who the run acts for
+(sealed with the store's key, so an edited row cannot widen it), its budget, how many
+effects the ledger should hold for it, and the runner's own small counters (``extra``).
+Stored as canonical JSON in ``agent_runs.checkpoint_json``, rewritten (compare-and-swap) at
+every step, and bounded: it never holds the conversation, which lives one row per message.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json
+from tether.policy.rules import Principal
+from tether.store.base import RunRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    """A run's principal, budget and counters, as its checkpoint holds them."""
+
+    principal: Principal
+    budget: Budget
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    # Effects the gate has inserted for this run: a ledger holding fewer was edited behind
+    # tether's back (None for runs from before the count was kept).
+    effects: int | None = None
+    principal_seal: str | None = None
+
+    @classmethod
+    def load(cls, record: RunRecord) -> RunState:
+        text = record.checkpoint_json
+        state = _PARSED.get(text)
+        if state is None:
+            state = cls.parse(text)
+            _remember(text, state)
+        return state
+
+    @classmethod
+    def parse(cls, text: str) -> RunState:
+        data = json.loads(text)
+        return cls(
+            principal=Principal.from_dict(data["principal"]),
+            budget=Budget.from_dict(data["budget"]),
+            extra={k: v for k, v in data.items() if k not in _OWN},
+            effects=data.get("effects"),
+            principal_seal=data.get("principal_seal"),
+        )
+
+    def dump(self) -> str:
+        text = self._encode()
+        _remember(text, self)
+        return text
+
+    def _encode(self) -> str:
+        own: dict[str, Any] = {
+            "principal": self.principal.to_dict(),
+            "budget": self.budget.to_dict(),
+        }
+        if self.effects is not None:
+            own["effects"] = self.effects
+        if self.principal_seal is not None:
+            own["principal_seal"] = self.principal_seal
+        return canonical_json({**self.extra, **own})
+
+
+_OWN = ("principal", "budget", "effects", "principal_seal")
+
+# Checkpoint text -> the state it holds. The gate loads a run's checkpoint at every call and
+# it is, byte for byte, the one it wrote at the call before; parsing it again (JSON, then a
+# principal, then a budget) costs more than the rest of loading the run. Equal text is an
+# equal state, so this is a cache of a pure function: a row edited outside tether is new
+# text, parsed afresh (and its seal still checked by the gate). Only states whose ``extra``
+# holds plain scalars are kept, behind a read-only view, so no caller can change what
+# another will load. Bounded: cleared whole when full, which is atomic under threads.
+_PARSED: dict[str, RunState] = {}
+_PARSED_MAX = 4096
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _remember(text: str, state: RunState) -> None:
+    # Anything ``parse`` would not give back as it is (a nested value someone may change, a
+    # key the state's own fields overwrite, a key that is not a string) is not kept.
+    if not all(
+        type(k) is str and k not in _OWN and type(v) in _SCALARS for k, v in state.extra.items()
+    ):
+        return
+    if not isinstance(state.extra, MappingProxyType):
+        state = RunState(
+            principal=state.principal,
+            budget=state.budget,
+            extra=MappingProxyType(dict(state.extra)),
+            effects=state.effects,
+            principal_seal=state.principal_seal,
+        )
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[text] = state
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"

@@ -1,0 +1,164 @@
+"""The policy file's shape, checked by pydantic: imported only when a file is parsed.
+
+``Policy.from_toml`` reads the TOML; this module says what may be in it (unknown keys are
+errors, so a misspelt ``decison`` cannot silently mean "no rule") and builds the ``Policy``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+
+from tether.errors import ConfigurationError
+from tether.policy.cedar import CedarRules
+from tether.policy.flow import FlowPolicy, FlowRule, Marking, SessionRule
+from tether.policy.provenance import Check
+from tether.policy.rules import DEFAULT_TIERS, Constraint, ConstraintOp, Policy, ToolRule, Verdict
+from tether.tools.registry import Risk
+
+
+def parse_policy_file(raw: dict[str, Any]) -> Policy:
+    """The policy a parsed TOML document describes, or a ConfigurationError saying what in
+    it is wrong."""
+    try:
+        spec = _PolicyFile.model_validate(raw)
+    except pydantic.ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigurationError(f"policy file is invalid: {problems}") from e
+    return spec.to_policy()
+
+
+class _ConstraintSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    argument: str
+    op: ConstraintOp
+    value: Any
+
+
+class _ToolSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    decision: Verdict | None = None
+    approvers: list[str] | None = None
+    constraints: list[_ConstraintSpec] = []
+
+
+class _FlowRuleSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    trusted: Verdict | None = None
+    untrusted: Verdict = Verdict.ASK
+    unknown: Verdict | None = None
+    arguments: dict[str, Check] = {}
+    default: Check = Check.IDENTIFIERS
+    egress: list[str] = []
+    follow_links: bool = False
+
+    def to_rule(self) -> FlowRule:
+        return FlowRule(
+            trusted=self.trusted,
+            untrusted=self.untrusted,
+            unknown=self.unknown,
+            arguments=dict(self.arguments),
+            default=self.default,
+            egress=tuple(self.egress),
+            follow_links=self.follow_links,
+        )
+
+
+class _SessionSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    after: Literal["untrusted_output", "flagged_output"]
+    tools: list[str] = []
+    tiers: list[Risk] = []
+    egress: bool = False
+    verdict: Verdict = Verdict.ASK
+
+
+class _FlowSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    tiers: dict[Risk, _FlowRuleSpec] = {}
+    tools: dict[str, _FlowRuleSpec] = {}
+    allow_domains: list[str] = []
+    trusted_values: list[str] = []
+    trusted_tools: list[str] = []
+    untrusted_tools: list[str] = []
+    trusted_fields: dict[str, list[str]] = {}
+    session: list[_SessionSpec] = []
+    marking: Marking = Marking.DELIMIT
+    cedar: str | None = None  # Cedar policies deciding instead (tether.policy.cedar)
+
+    def to_flow(self) -> FlowPolicy:
+        both = set(self.trusted_tools) & set(self.untrusted_tools)
+        if both:
+            raise ConfigurationError(
+                f"policy file: flow lists {', '.join(sorted(both))} as both trusted_tools and "
+                "untrusted_tools; keep each tool in one"
+            )
+        return FlowPolicy(
+            tiers={risk: spec.to_rule() for risk, spec in self.tiers.items()},
+            tools={name: spec.to_rule() for name, spec in self.tools.items()},
+            allow_domains=frozenset(
+                d.strip().lower().removeprefix("www.") for d in self.allow_domains
+            ),
+            trusted_values=tuple(self.trusted_values),
+            trusted_tools=frozenset(self.trusted_tools),
+            untrusted_tools=frozenset(self.untrusted_tools),
+            trusted_fields={k: frozenset(v) for k, v in self.trusted_fields.items()},
+            session=tuple(
+                SessionRule(
+                    after=s.after,
+                    tools=tuple(s.tools),
+                    tiers=tuple(s.tiers),
+                    egress=s.egress,
+                    verdict=s.verdict,
+                )
+                for s in self.session
+            ),
+            marking=self.marking,
+            cedar=CedarRules.from_text(self.cedar) if self.cedar is not None else None,
+        )
+
+
+class _PolicyFile(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    version: str
+    approvers: list[str] = []
+    approval_ttl_seconds: float = pydantic.Field(default=3600.0, gt=0)
+    on_injection: Verdict = Verdict.DENY
+    tiers: dict[Risk, Verdict] = {}
+    tools: dict[str, _ToolSpec] = {}
+    flow: _FlowSpec | None = None
+
+    def to_policy(self) -> Policy:
+        policy = self._build()
+        unanswerable = policy.asks_without_approvers()
+        if unanswerable:
+            raise ConfigurationError(
+                f"policy {self.version} asks for approval ({', '.join(unanswerable)}) but names "
+                "no approver for it, so those calls would wait forever; add approvers = [...] "
+                "or make them allow or deny"
+            )
+        return policy
+
+    def _build(self) -> Policy:
+        return Policy(
+            version=self.version,
+            approvers=frozenset(self.approvers),
+            tiers={**DEFAULT_TIERS, **self.tiers},
+            tools={
+                name: ToolRule(
+                    verdict=spec.decision,
+                    approvers=frozenset(spec.approvers) if spec.approvers is not None else None,
+                    constraints=tuple(
+                        Constraint(argument=c.argument, op=c.op, value=c.value)
+                        for c in spec.constraints
+                    ),
+                )
+                for name, spec in self.tools.items()
+            },
+            approval_ttl_s=self.approval_ttl_seconds,
+            on_injection=self.on_injection,
+            flow=self.flow.to_flow() if self.flow is not None else None,
+        )

@@ -1,0 +1,286 @@
+"""Who may call what: principals, the versioned policy, and the pure decision.
+
+``decide`` does no I/O and has no clock: the same call, principal, manifest and policy always
+give the same decision, with every reason that led to it. Deny beats ask beats allow, and
+irreversible tools always ask, whatever a policy file says — a typo in a file must not be able
+to make "delete everything" run unattended.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from tether.core.verdicts import SEVERITY, Verdict
+from tether.errors import ConfigurationError
+from tether.tools.registry import Manifest, Risk
+from tether.tools.tenancy import is_missing, tenant_at
+
+if TYPE_CHECKING:
+    from tether.policy.flow import FlowPolicy
+    from tether.policy.provenance import ArgumentProvenance, ProvenanceIndex
+
+__all__ = ["Constraint", "Decision", "Policy", "Principal", "ToolRule", "Verdict", "decide"]
+
+
+_SEVERITY = SEVERITY
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    """Who a run acts for: a subject, the one tenant whose data it may touch, its scopes."""
+
+    subject: str
+    tenant: str
+    scopes: frozenset[str] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "tenant": self.tenant, "scopes": sorted(self.scopes)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Principal:
+        return cls(subject=data["subject"], tenant=data["tenant"], scopes=frozenset(data["scopes"]))
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "in": lambda a, b: a in b,
+    "not_in": lambda a, b: a not in b,
+    "matches": lambda a, b: isinstance(a, str) and re.fullmatch(b, a) is not None,
+}
+
+ConstraintOp = Literal["<", "<=", ">", ">=", "==", "!=", "in", "not_in", "matches"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraint:
+    """A condition one argument must meet, e.g. ``amount <= 1000``."""
+
+    argument: str
+    op: ConstraintOp
+    value: Any
+
+    def violation(self, arguments: Mapping[str, Any]) -> str | None:
+        if self.argument not in arguments:
+            return f"argument '{self.argument}' is required by the policy"
+        actual = arguments[self.argument]
+        try:
+            ok = _OPS[self.op](actual, self.value)
+        except TypeError:
+            ok = False
+        if ok:
+            return None
+        return f"argument '{self.argument}'={actual!r} breaks '{self.op} {self.value!r}'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolRule:
+    verdict: Verdict | None = None
+    constraints: tuple[Constraint, ...] = ()
+    approvers: frozenset[str] | None = None
+
+
+DEFAULT_TIERS: Mapping[Risk, Verdict] = {
+    Risk.READ: Verdict.ALLOW,
+    Risk.SENSITIVE_READ: Verdict.ALLOW,
+    Risk.WRITE: Verdict.ASK,
+    Risk.ADMIN: Verdict.ASK,
+    Risk.IRREVERSIBLE: Verdict.ASK,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """What may run: a verdict per risk tier, per-tool rules (verdict, argument constraints,
+    approvers), who may approve, and how long a request waits. Versioned: a grant is bound
+    to the version it was decided under. ``Policy.from_toml`` loads a policy file."""
+
+    version: str
+    approvers: frozenset[str] = frozenset()
+    tiers: Mapping[Risk, Verdict] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    tools: Mapping[str, ToolRule] = field(default_factory=dict)
+    approval_ttl_s: float = 3600.0
+    on_injection: Verdict = Verdict.DENY
+    # Rules over where argument values came from (tether.policy.flow); None: tiers alone.
+    flow: FlowPolicy | None = None
+
+    def approvers_for(self, tool: str) -> frozenset[str]:
+        rule = self.tools.get(tool)
+        if rule is not None and rule.approvers is not None:
+            return rule.approvers
+        return self.approvers
+
+    def asks_without_approvers(self, tools: Iterable[Manifest] | None = None) -> list[str]:
+        """What this policy can ask about with no one named to answer it: the tiers and tool
+        rules that ask or, given the registry's manifests, the tools it would ask about."""
+        if tools is None:
+            found = [
+                f"tier {risk.value}"
+                for risk, verdict in sorted(self.tiers.items())
+                if verdict is Verdict.ASK and risk is not Risk.IRREVERSIBLE and not self.approvers
+            ]
+            found += [
+                f"tool {name}"
+                for name, rule in sorted(self.tools.items())
+                if rule.verdict is Verdict.ASK and not self.approvers_for(name)
+            ]
+            if self.flow is not None and not self.approvers:
+                found += [f"flow rule for tier {r.value}" for r in sorted(self.flow.tiers)]
+                found += [
+                    f"flow rule for tool {n}"
+                    for n in sorted(self.flow.tools)
+                    if not self.approvers_for(n)
+                ]
+                found += ["a session rule"] * bool(self.flow.session)
+                found += ["the Cedar flow policies"] * (self.flow.cedar is not None)
+            return found
+        return sorted(
+            f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
+        )
+
+    def _may_ask(self, manifest: Manifest) -> bool:
+        rule = self.tools.get(manifest.name)
+        verdict = rule.verdict if rule is not None and rule.verdict is not None else None
+        verdict = verdict or self.tiers.get(manifest.risk, Verdict.DENY)
+        irreversible = manifest.risk is Risk.IRREVERSIBLE and verdict is Verdict.ALLOW
+        flow = self.flow is not None and self.flow.may_ask(manifest)
+        return verdict is Verdict.ASK or irreversible or flow
+
+    @classmethod
+    def from_toml(cls, source: str | Path) -> Policy:
+        """Load a policy file; ``source`` is a path or the TOML text itself."""
+        import tomllib
+
+        text = Path(source).read_text() if isinstance(source, Path) else source
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigurationError(f"policy file is not valid TOML: {e}") from e
+        # pydantic is imported only here: checking a file's shape is its job, and nothing
+        # else on the way to judging a call needs it.
+        from tether.policy.file import parse_policy_file
+
+        return parse_policy_file(raw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The policy's verdict on one call, every reason behind it, and the policy version."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    policy_version: str
+    # Where each argument's value came from, when the policy has flow rules (not in
+    # ``to_dict``: the reasons name what decided, and audit entries keep to them).
+    provenance: tuple[ArgumentProvenance, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict is Verdict.ALLOW
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "policy_version": self.policy_version,
+        }
+
+
+def decide(
+    policy: Policy | None,
+    principal: Principal,
+    manifest: Manifest | None,
+    arguments: Mapping[str, Any],
+    flags: tuple[str, ...] = (),
+    provenance: ProvenanceIndex | None = None,
+) -> Decision:
+    """The policy's verdict on one proposed call, with every reason behind it.
+    ``provenance``: what the run has seen, for the policy's flow rules."""
+    if policy is None:
+        return Decision(verdict=Verdict.DENY, reasons=("no policy loaded",), policy_version="")
+    version = policy.version
+    if manifest is None:
+        return Decision(verdict=Verdict.DENY, reasons=("unknown tool",), policy_version=version)
+
+    denials = _denials(policy, principal, manifest, arguments)
+    if denials:
+        return Decision(verdict=Verdict.DENY, reasons=tuple(denials), policy_version=version)
+
+    rule = policy.tools.get(manifest.name)
+    if rule is not None and rule.verdict is not None:
+        verdict, reasons = rule.verdict, [f"tool rule '{manifest.name}': {rule.verdict.value}"]
+    else:
+        verdict = policy.tiers.get(manifest.risk, Verdict.DENY)
+        reasons = [f"tier {manifest.risk.value}: {verdict.value}"]
+    labels: tuple[ArgumentProvenance, ...] = ()
+    if policy.flow is not None and provenance is not None:
+        explicit = rule is not None and rule.verdict is not None
+        verdict, labels = policy.flow.judge(
+            manifest,
+            arguments,
+            provenance,
+            verdict,
+            reasons,
+            explicit=explicit,
+            subject=principal.subject,
+        )
+        if verdict is Verdict.DENY:
+            return Decision(
+                verdict=verdict, reasons=tuple(reasons), policy_version=version, provenance=labels
+            )
+    if manifest.risk is Risk.IRREVERSIBLE and verdict is Verdict.ALLOW:
+        verdict = Verdict.ASK
+        reasons.append("irreversible tools always need approval")
+    if flags:
+        reasons.extend(f"screening: {f}" for f in flags)
+        verdict = max(verdict, policy.on_injection, key=_SEVERITY.__getitem__)
+    return Decision(
+        verdict=verdict, reasons=tuple(reasons), policy_version=version, provenance=labels
+    )
+
+
+def _denials(
+    policy: Policy, principal: Principal, manifest: Manifest, arguments: Mapping[str, Any]
+) -> list[str]:
+    denials: list[str] = []
+    scope = manifest.required_scope
+    if scope is not None and scope not in principal.scopes:
+        denials.append(f"missing scope {scope}")
+    denials.extend(_tenant_denials(principal, manifest, arguments))
+    if manifest.allowed_tenants is not None and principal.tenant not in manifest.allowed_tenants:
+        denials.append(f"tenant {principal.tenant!r} is not allowed to use this tool")
+    rule = policy.tools.get(manifest.name)
+    if rule is not None:
+        for constraint in rule.constraints:
+            problem = constraint.violation(arguments)
+            if problem is not None:
+                denials.append(problem)
+    return denials
+
+
+def _tenant_denials(
+    principal: Principal, manifest: Manifest, arguments: Mapping[str, Any]
+) -> list[str]:
+    path = manifest.tenant_parts
+    if path is None:
+        return []
+    value = tenant_at(arguments, path)
+    if is_missing(value):
+        # The gate fills a missing tenant from the principal, so only a caller that skipped
+        # that step gets here; without a tenant the call cannot be bound to one.
+        return [f"argument {manifest.tenant_path} (the tenant) is missing"]
+    if value != principal.tenant:
+        return [
+            f"argument {manifest.tenant_path} {value!r} is not the principal's "
+            f"tenant {principal.tenant!r}"
+        ]
+    return []

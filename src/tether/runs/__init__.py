@@ -1,0 +1,2 @@
+"""Durable runs: the runner, leases, the run log, workers, reconciliation, recovery and
+cancellation."""

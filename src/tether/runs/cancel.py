@@ -1,0 +1,111 @@
+"""Cancelling a run: it stops for good, and nobody is left asked to decide its calls.
+
+Everything happens in one transaction: the run becomes ``cancelled``, every approval still
+pending for it is closed (``expired``: it can never be used, and nobody should spend time
+deciding it), and the audit log records the cancellation and each closed approval. A crash
+leaves all of it or none.
+
+A run being driven right now loses its lease with the cancellation: the gate refuses every
+call of a cancelled run (``tether.gate.plan``, step 0) and the driver's next write sees the
+run finished and stops. A tool call already sent on its way still finishes (no one can
+unsend it); its effect is in the ledger like any other.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.lifecycle import RunStatus
+from tether.errors import RunStateError
+from tether.gate.desk import approval_audit
+from tether.runs.log import append
+from tether.store import Store
+from tether.store.base import RunRecord
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The run as cancelled, and the approvals the cancellation closed."""
+
+    run: RunRecord
+    closed: tuple[Approval, ...]
+
+
+def cancel_run(
+    store: Store,
+    run_id: str,
+    *,
+    actor: str,
+    reason: str | None = None,
+    now: float | None = None,
+    credential: str | None = None,
+) -> RunRecord:
+    """Cancel ``run_id`` for ``actor`` (who answers for it; ``credential`` is the id of the
+    credential that proved it, if any). Refuses an unknown or finished run."""
+    return cancel(store, run_id, actor=actor, reason=reason, now=now, credential=credential).run
+
+
+def cancel(
+    store: Store,
+    run_id: str,
+    *,
+    actor: str,
+    reason: str | None = None,
+    now: float | None = None,
+    credential: str | None = None,
+) -> Cancelled:
+    """``cancel_run``, also saying which approvals it closed."""
+    at = time.time() if now is None else now
+    with store.transaction() as tx:
+        # Locked where the backend has row locks, so a worker claiming it queues behind us
+        # and then sees a finished run.
+        record = tx.lock_run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        previous = RunStatus(record.status)
+        if previous.finished:
+            raise RunStateError(
+                f"run {run_id} is already {previous.value}; only an unfinished run can be cancelled"
+            )
+        closed: list[Approval] = []
+        for approval in tx.approvals_for_run(run_id):
+            if approval.status is not ApprovalStatus.PENDING:
+                continue
+            expired = replace(approval, status=ApprovalStatus.EXPIRED)
+            tx.update_approval(expired, ApprovalStatus.PENDING)
+            # Right after the update, so that this entry records the approval's new digest.
+            tx.append_audit(
+                "approval_expired",
+                at=at,
+                run_id=run_id,
+                actor=actor,
+                data={**approval_audit(expired), "cause": "run_cancelled"},
+            )
+            closed.append(expired)
+        detail = f"by {actor}" + (f": {reason}" if reason else "")
+        if closed:
+            detail += f"; closed {', '.join(a.approval_id for a in closed)}"
+        cancelled = append(
+            tx,
+            record,
+            now=at,
+            steps=[("cancelled", detail)],
+            status=RunStatus.CANCELLED.value,
+            lease_owner=None,  # whoever drove it no longer may
+            lease_expires_at=None,
+        )
+        tx.append_audit(
+            "run_cancelled",
+            at=at,
+            run_id=run_id,
+            actor=actor,
+            data={
+                "previous_status": previous.value,
+                "reason": reason,
+                "credential_id": credential,
+                "closed_approvals": [a.approval_id for a in closed],
+            },
+        )
+    return Cancelled(cancelled, tuple(closed))

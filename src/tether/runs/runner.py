@@ -1,0 +1,718 @@
+"""Durable agent runs: the model loop whose every tool call goes through the gate.
+
+The model gets the conversation and the registry's tool schemas; each proposed call goes
+through ``Gate.call``; results come back as tool messages; a message without tool calls ends
+the run. Everything a resume needs is in the store, one small row per message and per step
+(``run_log``), plus a few counters in the run's checkpoint — never the whole history again
+(which would make long runs quadratic). A resume in any process reloads the conversation and
+continues:
+
+- a model turn whose answer was stored is never asked again;
+- a tool call whose effect was recorded is replayed from the ledger, never run again;
+- a call waiting for a human is matched to its approval by the call's id, never by position.
+
+A run is driven by one worker at a time, under a lease in the run row (``lifecycle.claim``);
+a second worker trying the same run gets ``RunConflict``. Approvals are decided inline by an
+``Approver`` callback, or asynchronously: the run persists what it waits for, becomes
+``awaiting_approval`` and the process may exit. A run that finishes under its driver (someone
+cancelled it) is left as it is: the driver stops and writes nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.budget import Budget
+from tether.core.digest import canonical_json
+from tether.core.ledger import EffectStatus
+from tether.core.lifecycle import Claim, RunStatus, claim, worker_name
+from tether.core.screening import redact, scrub, secret_values
+from tether.crash import crash_point
+from tether.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    BudgetExceeded,
+    Denied,
+    IntegrityError,
+    InvalidArguments,
+    ModelError,
+    OperationConflict,
+    OutcomeUnknown,
+    RunConflict,
+    RunStateError,
+    StaleState,
+    StoreError,
+    ToolFailed,
+)
+from tether.gate.pipeline import Gate, ToolCall
+from tether.gate.state import RunState
+from tether.models import Message, Model, ModelToolCall
+from tether.policy.rules import Principal
+from tether.runs import log as run_log
+from tether.runs.log import RunResult, Step, StepText, load_result
+from tether.runs.reconcile import Reconciled, Settlement, reconcile_run
+from tether.store.base import RunRecord, Store, Tx
+from tether.tools.limits import argument_problems
+from tether.tools.registry import ToolSpec
+
+__all__ = ["Approver", "RunResult", "Runner", "Step", "load_result", "run_with_approval"]
+
+# Given the pending approval, the approver's answer: True approves, False denies.
+Approver = Callable[[Approval], bool]
+
+# Failures that say nothing about the run itself (the store is unreachable, another worker
+# took the lease, the rows were edited behind tether's back): the run is left to be resumed
+# once they clear, never marked failed for them.
+_TRANSIENT = (StoreError, RunConflict, IntegrityError)
+
+
+# -- what a tool call's answer is ------------------------------------------------------------
+@dataclass(frozen=True)
+class Answered:
+    """The call has its tool message (a result, or an error the model is told about)."""
+
+    message: Message
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The call waits for a human to decide approval ``approval_id``."""
+
+    approval_id: str
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """The call's effect has an unknown outcome: the run waits until it is reconciled."""
+
+    operation_key: str
+
+
+Answer = Answered | Waiting | Unsettled
+
+
+class _Stopped(Exception):
+    """The run finished while this driver held it (it was cancelled): stop, write nothing."""
+
+
+class _ModelBug(Exception):
+    """The model raised, or answered with something that is not a message."""
+
+
+class Runner:
+    """Drives runs of one agent: a model and a gate (its registry, policy and store)."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        model: Model,
+        *,
+        system: str = "",
+        max_turns: int = 8,
+        approver: Approver | None = None,
+        approver_id: str | None = None,
+        worker: str | None = None,
+        lease_s: float = 60.0,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if approver is not None and approver_id is None:
+            raise ValueError("an inline approver needs approver_id: who is deciding")
+        self.gate = gate
+        self.store = gate.store
+        self.model = model
+        self.system = system
+        self.max_turns = max_turns
+        self.approver = approver
+        self.approver_id = approver_id
+        self.worker = worker or worker_name()
+        self.lease_s = lease_s
+        self.metadata = metadata or {}
+        self.reconciled: list[Reconciled] = []
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.gate.clock
+
+    # -- public API --------------------------------------------------------------------------
+    def start(
+        self,
+        user_input: str,
+        principal: Principal,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Start a run and drive it until it finishes or waits for a human."""
+        run_id = self.create(user_input, principal, budget=budget, run_id=run_id)
+        return self.resume(run_id)
+
+    def create(
+        self,
+        user_input: str,
+        principal: Principal,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Persist a new run without driving it (a worker will pick it up)."""
+        run_id = self.gate.start_run(principal, budget=budget, run_id=run_id)
+        self.begin(run_id, user_input)
+        return run_id
+
+    def begin(self, run_id: str, user_input: str) -> None:
+        """Write the opening of the conversation into a run made with ``Gate.start_run``."""
+        first = [Message(role="system", content=self.system)] if self.system else []
+        first.append(Message(role="user", content=user_input))
+        with self.store.transaction() as tx:
+            record = run_log.get_run(tx, run_id)
+            if RunState.load(record).extra.get("messages"):
+                raise RunStateError(f"run {run_id} already has a conversation; resume it instead")
+            counters = {**self.metadata, "turns": 0}
+            run_log.append(tx, record, now=self.clock(), messages=first, counters=counters)
+        # The user's request is the run's trusted input for the data-flow policy.
+        self.gate.record_input(run_id, user_input)
+
+    def create_queued(self, user_input: str, principal: Principal, **options: Any) -> str:
+        """Persist a new run for a worker to pick up (``tether run --enqueue``)."""
+        run_id = self.create(user_input, principal, **options)
+        now = self.clock()
+        with self.store.transaction() as tx:
+            record = run_log.get_run(tx, run_id)
+            tx.update_run(replace(record, status=RunStatus.QUEUED.value, updated_at=now))
+            tx.append_audit("run_queued", at=now, run_id=run_id, data={})
+        return run_id
+
+    def resume(self, run_id: str) -> RunResult:
+        """Continue a run from its checkpoint, in this process.
+
+        Effects a previous worker left unsettled (it died between ``dispatched`` and the
+        outcome) are reconciled first; one that cannot be leaves the run
+        ``awaiting_reconciliation``, saying which effect it waits on."""
+        claimed = self._claim(run_id)
+        heartbeat = _Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
+        heartbeat.start()
+        try:
+            return self._recover_and_drive(run_id, claimed)
+        except _Stopped:
+            return load_result(self.store, run_id)
+        except _TRANSIENT:
+            if self._finished_meanwhile(run_id):
+                return load_result(self.store, run_id)
+            self._release(run_id)
+            raise
+        except Exception as e:
+            if self._finished_meanwhile(run_id):
+                return load_result(self.store, run_id)
+            if self._in_flight(run_id):
+                # The tool ran but its outcome is not recorded: recovery reconciles it.
+                self._release(run_id)
+                raise
+            # A bug would raise again at every resume, leaving the run "running" with
+            # nothing that can move it: fail it, saying why.
+            if isinstance(e, _ModelBug):
+                reason, fix = f"internal error: {e}", "fix the model, then start a new run"
+            else:
+                reason, fix = f"internal error: {e!r}", "start a new run, and please report the bug"
+            self._fail(run_id, reason)
+            raise RunStateError(
+                f"run {run_id} failed on an {reason}; it is marked failed with that reason "
+                f"(see `tether runs show`): {fix}"
+            ) from e
+        except BaseException:
+            self._release(run_id)
+            raise
+        finally:
+            heartbeat.stop()
+
+    # -- claiming and recovering -------------------------------------------------------------
+    def _claim(self, run_id: str) -> Claim | None:
+        """Take the run's lease; None if a worker already took it for this runner."""
+        now = self.clock()
+        try:
+            with self.store.transaction() as tx:
+                claimed = self._claim_in(tx, run_id, now)
+        except StaleState as e:  # another worker wrote the run between our read and our write
+            raise RunConflict(f"run {run_id} was claimed by another worker") from e
+        crash_point("runs.after_claim")
+        return claimed
+
+    def _claim_in(self, tx: Tx, run_id: str, now: float) -> Claim | None:
+        record = tx.lock_run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        if not RunState.load(record).extra.get("messages"):
+            raise RunStateError(
+                f"run {run_id} has no conversation: it was started with Gate.start_run and is "
+                "driven call by call by its own code, so there is nothing here to resume"
+            )
+        if record.status == RunStatus.RUNNING.value and record.lease_owner == self.worker:
+            return None  # claimed for us already (a worker takes the lease as it picks the run)
+        return claim(tx, record, self.worker, now, self.lease_s, by="runner")
+
+    def _recover_and_drive(self, run_id: str, claimed: Claim | None) -> RunResult:
+        steps: list[StepText] = []
+        if claimed is not None and claimed.taken_from is not None:
+            steps.append(("recovered", f"{self.worker} took over from {claimed.taken_from}"))
+        elif claimed is not None and claimed.previous_status is RunStatus.AWAITING_RECONCILIATION:
+            steps.append(("recovered", f"{self.worker} resumed the run to reconcile its effects"))
+        self.reconciled = reconcile_run(self.gate, run_id)
+        for r in self.reconciled:
+            detail = f"{r.operation_key}: {r.settlement.value}"
+            steps.append(("reconciled", detail + (f" ({r.detail})" if r.detail else "")))
+        if steps:
+            self._record(run_id, steps=steps, turn=self._turn(run_id))
+        unresolved = [r for r in self.reconciled if r.settlement is Settlement.UNRESOLVED]
+        if unresolved:
+            return self._wait_for_reconciliation(run_id, [r.operation_key for r in unresolved])
+        return self._drive(run_id)
+
+    def _wait_for_reconciliation(self, run_id: str, keys: list[str]) -> RunResult:
+        steps = [
+            (
+                "awaiting_reconciliation",
+                f"waits on effect {key}: `tether effects resolve {key} --committed|--absent`, "
+                "then `tether recover`",
+            )
+            for key in keys
+        ]
+        self._record(run_id, steps=steps, turn=self._turn(run_id))
+        return self._finish(run_id, RunStatus.AWAITING_RECONCILIATION, waiting_on=keys)
+
+    def _finished_meanwhile(self, run_id: str) -> bool:
+        """Whether the run finished under us (cancelled): then there is nothing to write."""
+        try:
+            with self.store.read() as tx:
+                record = tx.get_run(run_id)
+            return record is not None and RunStatus(record.status).finished
+        except Exception:
+            return False
+
+    def _in_flight(self, run_id: str) -> bool:
+        try:
+            effects = self.store.list_effects(run_id)
+        except Exception:
+            return True  # the store cannot say: leave the run to recovery rather than guess
+        return any(e.status is EffectStatus.DISPATCHED for e in effects)
+
+    def _fail(self, run_id: str, reason: str) -> None:
+        try:
+            self._record(run_id, steps=[("error", reason[:2000])], turn=self._turn(run_id))
+            self._finish(run_id, RunStatus.FAILED, reason=reason)
+        except _Stopped:
+            pass
+        except Exception:
+            self._release(run_id)  # the store itself is failing: leave it to recovery
+
+    def _turn(self, run_id: str) -> int:
+        return int(self.gate.run_state(run_id).extra.get("turns", 0))
+
+    def _release(self, run_id: str) -> None:
+        try:
+            with self.store.transaction() as tx:
+                record = tx.get_run(run_id)
+                if record is not None and record.lease_owner == self.worker:
+                    tx.update_run(replace(record, lease_owner=None, lease_expires_at=None))
+        except Exception:
+            pass
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _drive(self, run_id: str) -> RunResult:
+        with self.store.read() as tx:
+            record = run_log.get_run(tx, run_id)
+            messages = [Message.from_dict(json.loads(b)) for b in tx.messages(run_id)]
+        turn = int(RunState.load(record).extra.get("turns", 0))
+        tools = self.gate.registry.tool_specs()
+        while True:
+            last = messages[-1]
+            open_turn = _open_turn(messages)
+            if open_turn is not None:
+                pending = self._answer_calls(run_id, messages, open_turn, turn - 1)
+                unsettled = [p.operation_key for p in pending if isinstance(p, Unsettled)]
+                if unsettled:
+                    return self._wait_for_reconciliation(run_id, unsettled)
+                if pending:
+                    approvals = [p.approval_id for p in pending if isinstance(p, Waiting)]
+                    return self._finish(run_id, RunStatus.AWAITING_APPROVAL, approvals=approvals)
+                continue
+            if last.role == "assistant" and not last.tool_calls:
+                crash_point("runs.before_finish")
+                return self._finish(run_id, RunStatus.COMPLETED, final=last.content)
+            if turn >= self.max_turns:
+                return self._failed(run_id, f"no final answer after {self.max_turns} turns", turn)
+            reply = self._ask_model(messages, tools)
+            if isinstance(reply, str):
+                return self._failed(run_id, reply, turn)
+            crash_point("runs.after_model_reply")
+            steps = [] if reply.tool_calls else [("final", reply.content)]
+            self._record(run_id, messages=[reply], steps=steps, turn=turn, turns=turn + 1)
+            crash_point("runs.after_turn_commit")
+            turn += 1
+            messages.append(reply)
+
+    def _ask_model(self, messages: list[Message], tools: list[ToolSpec]) -> Message | str:
+        """The model's reply as it can be stored, or (a provider's error) why the run failed.
+        A model that raises anything else, or answers with something that is not a message,
+        has a bug that would recur at every resume: ``_ModelBug`` fails the run, saying so."""
+        name = type(self.model).__name__
+        try:
+            reply: Any = self.model.complete(messages, tools)
+        except ModelError as e:
+            return f"model: {e}"
+        except _TRANSIENT:
+            raise
+        except Exception as e:
+            raise _ModelBug(f"model {name} raised {e!r}") from e
+        problem = _not_a_reply(reply)
+        if problem is not None:
+            raise _ModelBug(f"model {name} {problem}")
+        return _storable(reply)
+
+    def _failed(self, run_id: str, reason: str, turn: int) -> RunResult:
+        self._record(run_id, steps=[("error", reason[:2000])], turn=turn)
+        return self._finish(run_id, RunStatus.FAILED, reason=reason)
+
+    def _answer_calls(
+        self, run_id: str, messages: list[Message], turn_message: Message, turn: int
+    ) -> list[Waiting | Unsettled]:
+        """Answer every open call of the turn that can be answered; return what the others
+        wait for. Siblings that need no approval are answered before the run waits."""
+        # Only the messages after the turn can answer it (scanning them all would make every
+        # step cost more than the last).
+        start = len(messages) - 1
+        while messages[start] is not turn_message:
+            start -= 1
+        answered = {m.tool_call_id for m in messages[start + 1 :] if m.role == "tool"}
+        pending: list[Waiting | Unsettled] = []
+        for tc in turn_message.tool_calls:
+            if tc.id in answered:
+                continue
+            steps: list[StepText] = []
+            match self._answer(run_id, tc, steps, turn):
+                case Answered(message):
+                    self._record(run_id, messages=[message], steps=steps, turn=turn)
+                    crash_point("runs.after_tool_message")
+                    messages.append(message)
+                case Waiting() | Unsettled() as waiting:
+                    self._record(run_id, steps=steps, turn=turn)
+                    pending.append(waiting)
+        return pending
+
+    def _answer(self, run_id: str, tc: ModelToolCall, steps: list[StepText], turn: int) -> Answer:
+        """What answers ``tc``: its tool message, or what it must wait for."""
+        if tc.parse_error is not None:
+            steps.append(("tool_error", f"{tc.name}: {tc.parse_error}"))
+            return Answered(_error(tc, "invalid_arguments", message=tc.parse_error))
+        call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
+        shown = _Shown(self.gate, tc.name, tc.arguments)
+        note = ""
+        approval = self.gate.approval_for(run_id, tc.id)
+        if approval is not None and approval.status is ApprovalStatus.EDITED:
+            edited = self._edited(approval)
+            call = ToolCall(call_id=edited.call_id, tool=tc.name, arguments=dict(edited.arguments))
+            shown = _Shown(self.gate, tc.name, edited.arguments)
+            replaced = f"approval {approval.approval_id} replaced by {edited.approval_id}"
+            note = f"[arguments edited by {edited.approver} ({replaced}): {shown.arguments}]\n"
+            self._note_once(
+                run_id,
+                (
+                    "approval_edited",
+                    f"{tc.name}: {replaced} by {edited.approver}: {shown.arguments}",
+                ),
+                key=approval.approval_id,
+                turn=turn,
+            )
+            approval = edited
+        if approval is not None:
+            if approval.status is ApprovalStatus.PENDING:
+                return Waiting(approval.approval_id)
+            if approval.status is ApprovalStatus.EXPIRED:
+                steps.append(("approval_expired", tc.name))
+                return Answered(_error(tc, "approval_expired", approval_id=approval.approval_id))
+            if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
+                # Written before the call is made, in its own transaction: a worker dying
+                # mid-call must not take the record of the grant with it.
+                self._note_once(
+                    run_id,
+                    ("approval_granted", f"{tc.name} by {approval.approver}"),
+                    key=approval.approval_id,
+                    turn=turn,
+                )
+        try:
+            try:
+                outcome = self.gate.call(run_id, call)
+            except ApprovalRequired as signal:
+                steps.append(("approval_required", f"{tc.name}({shown.arguments})"))
+                if self.approver is None:
+                    return Waiting(signal.approval_id)
+                self._decide_inline(signal.approval_id, tc, steps)
+                outcome = self.gate.call(run_id, call)
+        except ApprovalDenied as e:
+            steps.append(("approval_denied", tc.name + (f": {e.reason}" if e.reason else "")))
+            return Answered(_error(tc, "approval_denied", reason=e.reason))
+        except (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed) as e:
+            # Error messages quote what they reject, secrets included: scrub before they are
+            # stored as a step or shown to the model.
+            message = shown.scrub(str(e))
+            steps.append(("tool_error", f"{tc.name}: {message}"))
+            return Answered(_error(tc, type(e).__name__, message=message))
+        except OutcomeUnknown as e:
+            # Never guessed, never retried here: the run stops until the effect is settled
+            # (by reconciliation once this call's worker is gone, or by a human).
+            steps.append(("outcome_unknown", f"{tc.name}: {e}"))
+            return Unsettled(e.operation_key)
+        steps.append(("tool_call", f"{tc.name}({shown.arguments}) -> {outcome.text}"))
+        return Answered(Message(role="tool", content=note + outcome.text, tool_call_id=tc.id))
+
+    def _decide_inline(self, approval_id: str, tc: ModelToolCall, steps: list[StepText]) -> None:
+        assert self.approver is not None and self.approver_id is not None
+        with self.store.read() as tx:
+            pending = tx.get_approval(approval_id)
+        assert pending is not None
+        if self.approver(pending):
+            self.gate.approve(approval_id, self.approver_id)
+            steps.append(("approval_granted", f"{tc.name} by {self.approver_id}"))
+        else:
+            self.gate.deny(approval_id, self.approver_id)
+
+    def _edited(self, approval: Approval) -> Approval:
+        with self.store.read() as tx:
+            edited = tx.get_approval(approval.replaced_by or "")
+        if edited is None:
+            raise RunStateError(
+                f"approval {approval.approval_id} was edited but its edit is missing"
+            )
+        return edited
+
+    # -- persistence -------------------------------------------------------------------------
+    def _record(
+        self,
+        run_id: str,
+        *,
+        messages: tuple[Message, ...] | list[Message] = (),
+        steps: tuple[StepText, ...] | list[StepText] = (),
+        turn: int,
+        turns: int | None = None,
+    ) -> None:
+        """Append messages and steps and renew the lease, in one transaction (I6: the write is
+        a compare-and-swap on the run, and only the lease holder may make it)."""
+        counters = {} if turns is None else {"turns": turns}
+
+        def write(tx: Tx, record: RunRecord, now: float) -> None:
+            run_log.append(
+                tx,
+                record,
+                now=now,
+                turn=turn,
+                messages=messages,
+                steps=steps,
+                counters=counters,
+                lease_expires_at=now + self.lease_s,
+            )
+
+        self._write(run_id, write)
+
+    def _note_once(self, run_id: str, step: StepText, *, key: str, turn: int) -> None:
+        """Record ``step`` unless the step recorded last under ``key``'s kind was this one (a
+        resume passing the same approval again must not repeat it)."""
+        counter = f"noted_{step[0]}"
+
+        def write(tx: Tx, record: RunRecord, now: float) -> None:
+            if RunState.load(record).extra.get(counter) == key:
+                return
+            run_log.append(
+                tx,
+                record,
+                now=now,
+                turn=turn,
+                steps=[step],
+                counters={counter: key},
+                lease_expires_at=now + self.lease_s,
+            )
+
+        self._write(run_id, write)
+
+    def _write(self, run_id: str, write: Callable[[Tx, RunRecord, float], None]) -> None:
+        """Run ``write`` on the run as this worker holds it, in one transaction. A run that
+        finished meanwhile (cancelled) stops the drive; a lost lease is a ``RunConflict``."""
+        now = self.clock()
+        try:
+            with self.store.transaction() as tx:
+                write(tx, self._held(tx, run_id), now)
+        except StaleState:
+            # Someone else wrote the run between our read and our write: if it finished
+            # (a cancellation), stop; otherwise another worker has it.
+            if self._finished_meanwhile(run_id):
+                raise _Stopped from None
+            raise RunConflict(
+                f"run {run_id} was written by someone else while this worker drove it"
+            ) from None
+
+    def _held(self, tx: Tx, run_id: str) -> RunRecord:
+        record = run_log.get_run(tx, run_id)
+        if RunStatus(record.status).finished:
+            raise _Stopped
+        if record.lease_owner != self.worker:
+            raise RunConflict(
+                f"run {run_id} is now driven by {record.lease_owner}; this worker lost its lease"
+            )
+        return record
+
+    def _finish(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        final: str = "",
+        approvals: list[str] | None = None,
+        waiting_on: list[str] | None = None,
+        reason: str | None = None,
+    ) -> RunResult:
+        def write(tx: Tx, record: RunRecord, now: float) -> None:
+            chosen = status
+            if chosen is RunStatus.AWAITING_APPROVAL and not any(
+                a.status is ApprovalStatus.PENDING for a in tx.approvals_for_run(run_id)
+            ):
+                # Decided while this worker was still answering the turn's other calls: nobody
+                # will queue it later, so queue it now rather than wait for nothing.
+                chosen = RunStatus.QUEUED
+            tx.update_run(
+                replace(
+                    record,
+                    status=chosen.value,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+            )
+            data: dict[str, Any] = {"approvals": approvals or []}
+            if waiting_on:
+                data["waiting_on"] = waiting_on
+            if reason is not None:
+                data["reason"] = reason[:2000]
+            tx.append_audit(
+                f"run_{chosen.value}", at=now, run_id=run_id, actor=self.worker, data=data
+            )
+
+        with contextlib.suppress(_Stopped):  # cancelled meanwhile: its status stays
+            self._write(run_id, write)
+        return load_result(self.store, run_id)
+
+
+def _not_a_reply(reply: Any) -> str | None:
+    """What is wrong with a model's reply, if it is not an assistant message."""
+    if not isinstance(reply, Message):
+        return f"returned a {type(reply).__name__}, not a Message"
+    if not isinstance(reply.content, str):
+        return f"returned content of type {type(reply.content).__name__}, not text"
+    if not all(isinstance(tc, ModelToolCall) for tc in reply.tool_calls):
+        return "returned tool calls that are not ModelToolCall values"
+    ids = [tc.id for tc in reply.tool_calls]
+    if not all(isinstance(i, str) and i for i in ids) or len(set(ids)) != len(ids):
+        return "returned tool calls without distinct ids"
+    return None
+
+
+def _storable(reply: Message) -> Message:
+    """The model's reply as it can be stored: a call whose arguments no JSON can hold
+    (thousands of levels deep, NaN, non-string keys) keeps its id and name but carries the
+    problem as a parse error, which the model is answered with, instead of arguments that
+    would break the write of the conversation itself."""
+    if reply.role != "assistant":
+        reply = replace(reply, role="assistant")
+    if not any(argument_problems(tc.arguments) for tc in reply.tool_calls):
+        return reply
+    calls = []
+    for tc in reply.tool_calls:
+        problems = argument_problems(tc.arguments)
+        error = "; ".join(problems)[:500]
+        calls.append(ModelToolCall(id=tc.id, name=tc.name, parse_error=error) if problems else tc)
+    return replace(reply, tool_calls=tuple(calls))
+
+
+class _Shown:
+    """A call's arguments as a run's steps may show them: sensitive fields and
+    credential-looking values masked (steps are printed by `tether runs show`)."""
+
+    def __init__(self, gate: Gate, tool: str, arguments: Mapping[str, Any]) -> None:
+        known = gate.registry.find(tool)
+        fields = known.manifest.sensitive_fields if known is not None else frozenset()
+        try:
+            self.arguments = canonical_json(redact(dict(arguments), fields)[0])
+            self.secrets = secret_values(arguments, fields)
+        except (ValueError, TypeError, RecursionError):
+            # Arguments that are not JSON at all: the gate refuses them; show nothing.
+            self.arguments, self.secrets = "(arguments that are not JSON)", []
+
+    def scrub(self, text: str) -> str:
+        return str(redact(scrub(text, self.secrets))[0])
+
+
+def _open_turn(messages: list[Message]) -> Message | None:
+    """The last model turn, if some of its tool calls have no answer yet."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            answered = {m.tool_call_id for m in messages[i + 1 :] if m.role == "tool"}
+            if any(tc.id not in answered for tc in messages[i].tool_calls):
+                return messages[i]
+            return None
+    return None
+
+
+class _Heartbeat:
+    """Renews a lease while its holder works, so a slow tool call does not let the lease
+    lapse and a second worker start the same run (and re-dispatch an in-flight call)."""
+
+    def __init__(
+        self, store: Store, run_id: str, owner: str, lease_s: float, clock: Callable[[], float]
+    ) -> None:
+        self.store, self.run_id, self.owner = store, run_id, owner
+        self.lease_s, self.clock = lease_s, clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="tether-lease")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with self.store.transaction() as tx:
+                    if not tx.renew_lease(self.run_id, self.owner, self.clock() + self.lease_s):
+                        return  # lost it: the holder's next write will find out
+            except Exception:
+                continue
+
+
+def _error(tc: ModelToolCall, error: str, **extra: Any) -> Message:
+    body = {"error": error, "tool": tc.name, **{k: v for k, v in extra.items() if v is not None}}
+    return Message(role="tool", content=json.dumps(body, ensure_ascii=False), tool_call_id=tc.id)
+
+
+def run_with_approval(
+    model: Model,
+    gate: Gate,
+    run_id: str,
+    user_input: str,
+    *,
+    approver: Approver,
+    approver_id: str,
+    system: str = "",
+    max_steps: int = 8,
+) -> RunResult:
+    """Seed 004's loop: run to a final answer on an existing run, deciding approvals inline.
+
+    ``run_id`` names a run made with ``Gate.start_run``; its conversation starts here."""
+    runner = Runner(
+        gate, model, system=system, max_turns=max_steps, approver=approver, approver_id=approver_id
+    )
+    runner.begin(run_id, user_input)
+    return runner.resume(run_id)

@@ -1,0 +1,1 @@
+"""What a tool is: the registry of pinned manifests, argument schemas, limits and tenancy."""
