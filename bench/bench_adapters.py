@@ -75,8 +75,9 @@ from pydantic_ai.usage import UsageLimits
 from tether.adapters.langgraph import GovernedToolNode
 from tether.adapters.openai_agents import govern, register
 from tether.adapters.pydantic_ai import Tether
+from tether.core.principal import Principal
 from tether.gate.pipeline import Gate
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.store.sqlite import SQLiteStore
 from tether.tools.registry import Registry, Risk
 

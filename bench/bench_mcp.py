@@ -46,8 +46,8 @@ import anyio
 import anyio.from_thread
 from mcp import Client, StdioServerParameters
 
+from tether.core.principal import Identity
 from tether.gate.desk import decide_approval
-from tether.identity import Identity
 from tether.mcp.config import load_config
 from tether.mcp.gateway import Gateway
 from tether.mcp.pins import write_lock

@@ -117,13 +117,14 @@ if _typing.TYPE_CHECKING:
     from tether.core.budget import Budget
     from tether.core.ledger import Effect, EffectStatus, operation_key
     from tether.core.lifecycle import RunStatus
+    from tether.core.principal import Identity, Principal
+    from tether.core.verdicts import Verdict
     from tether.errors import TetherError
     from tether.evidence.audit import AuditReport
     from tether.gate.pipeline import Gate, Outcome, Result, ToolCall
-    from tether.identity import Identity
     from tether.models import Message, Model, ModelToolCall
     from tether.models.scripted import ScriptedModel
-    from tether.policy.rules import Decision, Policy, Principal, Verdict, decide
+    from tether.policy.rules import Decision, Policy, decide
     from tether.runs.app import App, load_app
     from tether.runs.recovery import recover, rollback
     from tether.runs.runner import Runner, RunResult, Step

@@ -25,71 +25,21 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core.digest import canonical_json
+from tether.core.principal import KINDS, TOKEN_PATTERN, TOKEN_PREFIX, Identity, Kind
 from tether.errors import CredentialMissing, CredentialRefused, IdentityError
-from tether.policy.rules import Principal
 
 if TYPE_CHECKING:  # store.base imports approvals, which imports this module's token pattern
     from tether.store.base import CredentialRecord, Store, Tx
 
-Kind = Literal["approver", "principal"]
-KINDS: tuple[Kind, ...] = ("approver", "principal")
-TOKEN_PREFIX = "tth_"
 TOKEN_ENV: Mapping[Kind, str] = {
     "approver": "TETHER_APPROVER_TOKEN",
     "principal": "TETHER_PRINCIPAL_TOKEN",
 }
 _ID_PREFIX = "cred"
-# A token (fullmatch), or one inside a longer text such as an argument or an error message
-# (search), for redaction.
-TOKEN_PATTERN = re.compile(r"tth_(cred-[0-9a-f]{16})_([A-Za-z0-9_\-]{43})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+\-]{0,127}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Identity:
-    """Who presented a credential: a registered approver or principal.
-
-    ``via`` says how they were authenticated: ``token`` (a tether credential), ``code``
-    (trusted in-process code that named itself, such as ``Gate.approve(id, "reviewer-5")``),
-    and later ``proxy`` or ``oidc``."""
-
-    name: str
-    kind: Kind
-    tenants: frozenset[str] = frozenset()
-    any_tenant: bool = False  # an explicit choice at registration, never a default
-    scopes: frozenset[str] = frozenset()
-    credential_id: str | None = None
-    via: str = "token"
-
-    @classmethod
-    def trusted(cls, name: str) -> Identity:
-        """An approver named by in-process code, which is trusted as the program itself is;
-        the command line never makes one of these from a typed name."""
-        return cls(name=name, kind="approver", any_tenant=True, via="code")
-
-    def allows_tenant(self, tenant: str) -> bool:
-        return self.any_tenant or tenant in self.tenants
-
-    def principal(self) -> Principal:
-        """The principal a run acts for when this identity starts it."""
-        if self.kind != "principal" or len(self.tenants) != 1:
-            raise IdentityError(f"{self.name} is not a principal of one tenant")
-        (tenant,) = self.tenants
-        return Principal(subject=self.name, tenant=tenant, scopes=self.scopes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "tenants": sorted(self.tenants),
-            "any_tenant": self.any_tenant,
-            "scopes": sorted(self.scopes),
-            "credential_id": self.credential_id,
-            "via": self.via,
-        }
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,8 +40,9 @@ from tether import Gate, Policy, Principal, Registry, Risk, Verdict
 from tether.adapters.openai_agents import Governed, govern, register, run_id_for, user_texts
 from tether.core.approvals import ApprovalStatus
 from tether.core.ledger import EffectStatus
+from tether.core.principal import Identity
 from tether.errors import ApprovalStateError, ConfigurationError, CredentialRefused, RunStateError
-from tether.identity import Identity, add_identity, authenticate
+from tether.identity import add_identity, authenticate
 from tether.policy.flow import FlowPolicy, FlowRule
 from tether.store import SQLiteStore, Store
 

@@ -33,7 +33,8 @@ from tether import Gate, Policy, Principal, Registry, Risk, SQLiteStore, Verdict
 from tether.adapters.pydantic_ai import GovernedToolset, ResumeRefused, Tether, user_prompts
 from tether.core.approvals import ApprovalStatus
 from tether.core.ledger import EffectStatus
-from tether.identity import Identity, add_identity, authenticate
+from tether.core.principal import Identity
+from tether.identity import add_identity, authenticate
 from tether.policy.flow import FlowPolicy, FlowRule
 
 RUN = "conv-1"

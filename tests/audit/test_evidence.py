@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.pg import schema_url
+from tether.core.principal import Principal
 from tether.errors import (
     ApprovalRequired,
     AuditKeyMissing,
@@ -36,7 +37,7 @@ from tether.evidence.audit import MAIN, AuditHead, make_entry
 from tether.evidence.checkpoint import create_checkpoint, parse_checkpoint, verify_checkpoint
 from tether.evidence.keys import AuditKeys
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.store import MemoryStore, Store, open_store
 from tether.store.base import AUDIT_KEY_ID
 from tether.tools.registry import Manifest, Registry, Risk

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.core.principal import Principal
 from tether.core.verdicts import Verdict
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import Policy, Principal, ToolRule
+from tether.policy.constraints import ToolRule
+from tether.policy.rules import Policy
 from tether.runs.reconcile import reconcile_run
 from tether.store import SQLiteStore
 from tether.tools.registry import Registry, Risk

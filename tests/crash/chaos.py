@@ -31,13 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Principal
+from tether.core.verdicts import Verdict
 from tether.crash import ENV as CRASH_ENV
 from tether.crash import POINTS, arm_from_environment
 from tether.demo import TicketWorld
 from tether.gate.desk import decide_approval
 from tether.gate.pipeline import Result
 from tether.models import Message, ModelToolCall
-from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.policy.constraints import ToolRule
+from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.runs.recovery import recover
 from tether.store import SQLiteStore

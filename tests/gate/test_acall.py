@@ -20,12 +20,14 @@ import pytest
 import tether.gate.pipeline
 from tests.conftest import Backend
 from tether.core.ledger import EffectStatus
+from tether.core.principal import Principal
 from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired, ConfigurationError, OutcomeUnknown, TetherError
 from tether.gate.pipeline import Gate, Outcome, Result, ToolCall
+from tether.policy.constraints import ToolRule
 from tether.policy.flow import FlowPolicy, FlowRule
 from tether.policy.provenance import Check
-from tether.policy.rules import Policy, Principal, ToolRule
+from tether.policy.rules import Policy
 from tether.store import MemoryStore, SQLiteStore, Store
 from tether.tools.registry import Registry, Risk
 

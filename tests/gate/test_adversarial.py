@@ -22,6 +22,7 @@ from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.digest import digest
 from tether.core.ledger import EffectStatus
+from tether.core.principal import Principal
 from tether.errors import (
     ApprovalAlreadyUsed,
     ApprovalDenied,
@@ -42,7 +43,7 @@ from tether.errors import (
 )
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.plan import Outcome
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.store import MemoryStore, SQLiteStore, Store
 from tether.tools.registry import Manifest, Registry, Risk
 

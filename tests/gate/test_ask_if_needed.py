@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import Backend
+from tether.core.principal import Principal
 from tether.errors import ApprovalRequired
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.tools.registry import Registry, Risk
 
 

@@ -7,9 +7,10 @@ import pytest
 
 from tests.conftest import Backend
 from tether.core.approvals import ApprovalStatus
+from tether.core.principal import Principal
 from tether.errors import ApprovalRequired, RunStateError
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.cancel import cancel_run
 from tether.tools.registry import Registry, Risk
 

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import Backend
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.ledger import Effect, EffectStatus, operation_key
+from tether.core.principal import Principal
 from tether.errors import (
     InternalError,
     InvalidTransition,
@@ -29,7 +30,7 @@ from tether.errors import (
 )
 from tether.evidence.audit import CHAINS, AuditEntry, AuditHead
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.store.base import RunRecord, Store, Tx
 from tether.store.sqlite import SQLiteStore
 from tether.tools.registry import Manifest, Registry, Risk

@@ -21,6 +21,7 @@ from tether.core.approvals import (
     resource_of,
 )
 from tether.core.digest import canonical_json
+from tether.core.principal import Identity
 from tether.demo import TicketWorld, build
 from tether.errors import (
     ApprovalStateError,
@@ -31,7 +32,6 @@ from tether.errors import (
 )
 from tether.gate.desk import approval_audit, decide_approval, edit_approval
 from tether.identity import (
-    Identity,
     add_identity,
     authenticate,
     list_identities,

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from tests.conftest import Backend
 from tether.core.budget import Budget
 from tether.core.ledger import EffectStatus
+from tether.core.principal import Principal
 from tether.errors import (
     ApprovalInvalid,
     ApprovalRequired,
@@ -44,7 +45,7 @@ from tether.errors import (
 from tether.gate.pipeline import Gate, ToolCall
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.reconcile import reconcile_run
 from tether.runs.recovery import recover
 from tether.runs.runner import Runner

@@ -13,8 +13,9 @@ from mcp import Client, StdioServerParameters
 
 from tests.mcp.helpers import UPSTREAM, approval_id, approve, text, witness
 from tether.core.ledger import EffectStatus
+from tether.core.principal import Principal
 from tether.mcp.client import GovernedSession
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.store import SQLiteStore
 
 TOOLS: dict[str, dict[str, Any]] = {

@@ -26,8 +26,8 @@ from tether.core.ledger import EffectStatus
 from tether.errors import TetherError
 from tether.gate.desk import decide_approval
 from tether.identity import add_identity, authenticate
+from tether.mcp.caller import Caller
 from tether.mcp.config import GatewayConfig
-from tether.mcp.gateway import Caller
 from tether.runs.reconcile import resolve_effect
 from tether.store import SQLiteStore
 

@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.core.principal import Principal
+from tether.core.verdicts import Verdict
 from tether.gate.pipeline import Gate, ToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.policy.constraints import ToolRule
+from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.store import SQLiteStore
 from tether.tools.registry import Registry, Risk

@@ -11,13 +11,16 @@ import pytest
 
 from tests.conftest import Backend
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Principal
+from tether.core.verdicts import Verdict
 from tether.demo import TicketWorld, build
 from tether.errors import StoreError
 from tether.gate.desk import decide_approval
 from tether.gate.pipeline import Result
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.policy.constraints import ToolRule
+from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.runs.reconcile import resolve_effect
 from tether.runs.recovery import recover, recoverable, rollback

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import Backend
+from tether.core.principal import Principal
 from tether.core.verdicts import Verdict
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy.flow import FlowPolicy, FlowRule
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.tools.registry import Registry, Risk
 

@@ -27,11 +27,12 @@ from tests.runs.test_runs import (
     tool_messages,
 )
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Principal
 from tether.demo import TicketWorld
 from tether.errors import ConfigurationError, RunStateError
 from tether.models import Message
 from tether.models.scripted import ScriptedModel
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.runs.recovery import recover, rollback
 from tether.runs.runner import Answered, Unsettled, Waiting, load_result

@@ -41,7 +41,7 @@ from tether.errors import (
     StaleState,
 )
 from tether.evidence.audit import CHAINS
-from tether.policy.rules import Constraint, ToolRule
+from tether.policy.constraints import Constraint, ToolRule
 from tether.runs.runner import Runner, RunResult, load_result
 
 USER = Principal(subject="user-42", tenant="acme", scopes=frozenset({"ticket:write"}))

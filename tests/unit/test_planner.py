@@ -21,6 +21,8 @@ from tether.core.budget import Budget
 from tether.core.digest import evolve
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Principal
+from tether.core.verdicts import Verdict
 from tether.errors import (
     ApprovalDenied,
     ApprovalInvalid,
@@ -49,7 +51,8 @@ from tether.gate.plan import (
     sealed_identity,
 )
 from tether.gate.state import RunState
-from tether.policy.rules import Policy, Principal, ToolRule, Verdict
+from tether.policy.constraints import ToolRule
+from tether.policy.rules import Policy
 from tether.store.base import CallView, RunRecord
 from tether.tools.registry import Manifest, Registry, Risk
 

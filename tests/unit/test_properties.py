@@ -21,9 +21,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tether.core.ledger import TRANSITIONS, Effect, EffectStatus, operation_key
+from tether.core.principal import Principal
+from tether.core.verdicts import Verdict
 from tether.errors import InvalidTransition
 from tether.evidence.audit import AuditEntry, AuditHead, make_entry, verify_chain
-from tether.policy.rules import Constraint, Policy, Principal, ToolRule, Verdict, decide
+from tether.policy.constraints import Constraint, ToolRule
+from tether.policy.rules import Policy, decide
 from tether.store.sqlite import SQLiteStore
 from tether.tools.registry import Manifest, Risk
 

@@ -240,7 +240,7 @@ def test_trust_never_relaxes_irreversible_tools_or_flags_or_an_explicit_decision
     send = manifest("send_email")
     flagged = decide(POLICY, ALICE, send, {"to": "x"}, ("injection pattern in 'body'",), index)
     assert flagged.verdict is Verdict.DENY
-    from tether.policy.rules import ToolRule
+    from tether.policy.constraints import ToolRule
 
     strict = Policy(
         version="v1",

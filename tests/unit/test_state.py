@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json
+from tether.core.principal import Principal
 from tether.gate.state import RunState
-from tether.policy.rules import Principal
 from tether.store.base import RunRecord
 
 PRINCIPAL = Principal(subject="user-1", tenant="acme", scopes=frozenset({"b", "a"}))

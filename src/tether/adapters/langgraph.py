@@ -51,6 +51,7 @@ from pydantic import AfterValidator
 from tether.adapters.inputs import UserInputs
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
+from tether.core.principal import Identity, Principal
 from tether.core.screening import redact, screen_arguments, scrub, secret_values
 from tether.errors import (
     ApprovalDenied,
@@ -70,8 +71,7 @@ from tether.errors import (
 from tether.gate.desk import as_approver, check_identity
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
-from tether.identity import Identity
-from tether.policy.rules import Principal, decide
+from tether.policy.rules import decide
 from tether.runs import log as run_log
 from tether.tools.registry import Registry
 

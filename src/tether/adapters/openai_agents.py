@@ -60,6 +60,7 @@ from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import operation_key
+from tether.core.principal import Identity, Principal
 from tether.errors import (
     ApprovalRequired,
     ApprovalStateError,
@@ -75,8 +76,6 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.gate.pipeline import Gate, ToolCall
-from tether.identity import Identity
-from tether.policy.rules import Principal
 from tether.tools.registry import OPERATION_KEY_PARAMETER, Manifest, Registry, Risk
 from tether.tools.tenancy import fill_tenant
 

@@ -74,6 +74,7 @@ from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect
+from tether.core.principal import Principal
 from tether.core.screening import redact
 from tether.errors import (
     ApprovalDenied,
@@ -89,7 +90,6 @@ from tether.errors import ApprovalRequired as WaitForApproval
 from tether.errors import ToolFailed as TetherToolFailed
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
-from tether.policy.rules import Principal
 from tether.tools.registry import Registry
 from tether.tools.tenancy import fill_tenant
 

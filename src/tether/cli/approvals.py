@@ -25,7 +25,7 @@ from tether.cli.shared import (
 
 if TYPE_CHECKING:
     from tether.core.approvals import Approval
-    from tether.identity import Identity
+    from tether.core.principal import Identity
     from tether.store import Store
 
 

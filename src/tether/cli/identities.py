@@ -12,7 +12,8 @@ from tether.cli.output import Col, age, echo_json, note, table, when
 from tether.cli.shared import TOKEN_ENV, Kind, look, open_store, operator, parse_scopes
 
 if TYPE_CHECKING:
-    from tether.identity import Identity, Registered
+    from tether.core.principal import Identity
+    from tether.identity import Registered
 
 
 def _print_credential(identity: Identity, token: str) -> None:

@@ -24,7 +24,7 @@ from tether.cli.shared import (
 )
 
 if TYPE_CHECKING:
-    from tether.policy.rules import Principal
+    from tether.core.principal import Principal
     from tether.runs.app import App
     from tether.runs.runner import RunResult
     from tether.store import Store
@@ -100,7 +100,7 @@ def _shown(result: RunResult, record: RunRecord) -> dict[str, Any]:
 def _typed_principal(
     app: App, subject: str | None, tenant: str | None, scopes: str | None
 ) -> Principal:
-    from tether.policy.rules import Principal
+    from tether.core.principal import Principal
 
     base = app.principal
     return Principal(

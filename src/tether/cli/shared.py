@@ -15,7 +15,7 @@ import click
 from tether.cli.common import open_cli_store
 
 if TYPE_CHECKING:
-    from tether.identity import Identity
+    from tether.core.principal import Identity
     from tether.runs.app import App
     from tether.store import Store
 

@@ -31,9 +31,11 @@ from typing import Any
 from tether.compat.sandbox import sandboxed_eval
 from tether.core.budget import Budget
 from tether.core.digest import digest
+from tether.core.principal import Principal
+from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired, ConfigurationError
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import Policy, Principal, Verdict
+from tether.policy.rules import Policy
 from tether.runs.runner import run_with_approval
 from tether.store import MemoryStore, Store
 from tether.tools.registry import Manifest, Registry, Risk

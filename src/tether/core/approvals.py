@@ -14,6 +14,7 @@ from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 from tether.core.digest import canonical_json, digest, sha256_hex
+from tether.core.principal import TOKEN_PATTERN
 from tether.core.records import Record
 from tether.core.screening import CREDENTIAL_PATTERN, REDACTED, SECRET_FIELD_PATTERN, redact
 from tether.errors import (
@@ -23,7 +24,6 @@ from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
 )
-from tether.identity import TOKEN_PATTERN
 
 
 class ApprovalStatus(StrEnum):

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.digest import canonical_json
+from tether.core.principal import Principal
 from tether.gate.pipeline import Result
 from tether.models import Message, ModelToolCall
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.store.base import Store
 from tether.tools.registry import Registry, Risk, ToolSpec

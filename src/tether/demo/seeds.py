@@ -13,11 +13,12 @@ from typing import Any
 
 from tether.compat import AgentHarness, PermissionLevel, RegisteredAction
 from tether.core.budget import Budget
+from tether.core.principal import Principal
 from tether.errors import ApprovalRequired, BudgetExceeded, UnknownToolError
 from tether.gate.pipeline import Gate, ToolCall
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.runner import run_with_approval
 from tether.store.base import Store
 from tether.tools.registry import Registry, Risk

@@ -25,7 +25,9 @@ from tether.core.approvals import (
     grant_payload,
 )
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Identity
 from tether.core.screening import screen_arguments, scrub, secret_values
+from tether.core.verdicts import Verdict
 from tether.crash import crash_point
 from tether.errors import (
     ApprovalStateError,
@@ -35,8 +37,7 @@ from tether.errors import (
     StoreError,
 )
 from tether.gate.state import RunState, new_id
-from tether.identity import Identity
-from tether.policy.rules import Policy, Verdict, decide
+from tether.policy.rules import Policy, decide
 from tether.store.base import Store, Tx
 from tether.tools.limits import argument_problems
 from tether.tools.registry import Registry, Tool

@@ -26,6 +26,7 @@ from tether.core.budget import Budget
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Identity, Principal
 from tether.core.screening import INJECTION_FLAG, redact, screen_result, scrub
 from tether.crash import crash_point
 from tether.errors import (
@@ -57,9 +58,8 @@ from tether.gate.plan import (
     sealed_identity,
 )
 from tether.gate.state import RunState, new_id
-from tether.identity import Identity
 from tether.policy.provenance import Origin, ProvenanceIndex
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.store.base import RunRecord, Store, Tx
 from tether.tools.registry import Registry, Tool
 

@@ -41,7 +41,9 @@ from tether.core.budget import Budget
 from tether.core.digest import evolve
 from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.core.lifecycle import RunStatus
+from tether.core.principal import Principal
 from tether.core.screening import redact, screen_arguments, screen_result, scrub, secret_values
+from tether.core.verdicts import Verdict
 from tether.errors import (
     ApprovalDenied,
     ApprovalInvalid,
@@ -60,7 +62,7 @@ from tether.errors import (
 from tether.gate.desk import approval_audit
 from tether.gate.state import RunState
 from tether.policy.provenance import ProvenanceIndex
-from tether.policy.rules import Decision, Policy, Principal, Verdict, decide
+from tether.policy.rules import Decision, Policy, decide
 from tether.store.base import CallView, RunRecord
 from tether.tools.limits import argument_problems
 from tether.tools.registry import Registry, Tool

@@ -16,7 +16,7 @@ from typing import Any
 
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json
-from tether.policy.rules import Principal
+from tether.core.principal import Principal
 from tether.store.base import RunRecord
 
 

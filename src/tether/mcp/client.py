@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import Budget
+from tether.core.principal import Principal
+from tether.mcp.caller import Caller
 from tether.mcp.config import GatewayConfig, ServerConfig, tool_configs
-from tether.mcp.gateway import Caller, Gateway
+from tether.mcp.gateway import Gateway
 from tether.mcp.pins import Lock, read_lock
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 
 if TYPE_CHECKING:
     import mcp

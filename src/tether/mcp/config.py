@@ -43,8 +43,9 @@ from typing import Any
 import pydantic
 
 from tether.core.budget import Budget
+from tether.core.principal import Principal
 from tether.errors import ConfigurationError
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.tools.registry import Risk
 
 __all__ = ["GatewayConfig", "ServerConfig", "ToolConfig", "effective_risk", "load_config"]
@@ -321,10 +322,8 @@ def _policy(spec: _File, path: Path) -> Policy:
             raise ConfigurationError(f"gateway config {path}: policy_file {file} does not exist")
         return Policy.from_toml(file)
     if spec.policy is not None:
-        from tether.policy.file import parse_policy_file
-
         try:
-            return parse_policy_file(spec.policy)
+            return Policy.from_dict(spec.policy)
         except ConfigurationError as e:
             raise ConfigurationError(f"gateway config {path}: [policy]: {e}") from e
     raise ConfigurationError(

@@ -34,7 +34,6 @@ import uuid
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -51,10 +50,10 @@ from tether.errors import (
 )
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.plan import Outcome
+from tether.mcp.caller import Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.upstream import Upstream
-from tether.policy.rules import Principal
 from tether.tools.registry import Manifest, Registry
 
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ if TYPE_CHECKING:
     import mcp_types
     from mcp.server import Server
 
-    from tether.identity import Identity
+    from tether.core.principal import Identity
     from tether.store.base import Store
 
 __all__ = ["Caller", "Gateway", "Offered"]
@@ -71,22 +70,6 @@ APPROVAL_META = "io.tether/approval"
 OUTCOME_META = "io.tether/outcome"
 RECONNECT_DELAY_S = 0.5
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who calls, in which session: the principal and the tether run the session is."""
-
-    principal: Principal
-    session: str
-    credential_id: str | None = None
-
-    @cached_property  # frozen, so computed once per caller (each call asks for it)
-    def run_id(self) -> str:
-        # The credential is part of the run's name, so a session id someone else learnt
-        # does not give them that session's run (or its recorded results).
-        seed = canonical_json([self.credential_id, self.principal.subject, self.session])
-        return "mcp-" + sha256_hex(seed)[:24]
 
 
 @dataclass
@@ -362,8 +345,6 @@ class Gateway:
         request = getattr(ctx, "request", None)
         headers = getattr(request, "headers", None)
         if headers is not None or self.over_http:
-            from tether.mcp.http import caller_from_headers
-
             # Over HTTP a request without headers is refused, never taken for the config's
             # principal.
             return caller_from_headers(self.store, headers or {})

@@ -11,43 +11,23 @@ result.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import CredentialMissing, CredentialRefused
 from tether.identity import authenticate
-from tether.mcp.gateway import Caller
+from tether.mcp.caller import bearer
 
 if TYPE_CHECKING:
     from tether.mcp.gateway import Gateway
     from tether.store.base import Store
 
-__all__ = ["Authenticated", "caller_from_headers", "serve_http"]
+__all__ = ["Authenticated", "serve_http"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def bearer(headers: Mapping[str, str]) -> str:
-    value = headers.get("authorization") or ""
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise CredentialMissing(
-            "the gateway needs a principal credential: send 'Authorization: Bearer tth_...' "
-            "(made by `tether principals add NAME --tenant T`)"
-        )
-    return token.strip()
-
-
-def caller_from_headers(store: Store, headers: Mapping[str, str]) -> Caller:
-    identity = authenticate(store, bearer(headers), "principal")
-    # No session header (a stateless client): each request is its own session, so nothing
-    # can be replayed across requests — and nothing can collide either.
-    session = headers.get("mcp-session-id") or uuid.uuid4().hex
-    return Caller(identity.principal(), session, identity.credential_id)
 
 
 class Authenticated:

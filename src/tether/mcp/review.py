@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from tether.core.verdicts import Verdict
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.pins import (
     Lock,
@@ -19,7 +20,7 @@ from tether.mcp.pins import (
     tool_digest,
 )
 from tether.mcp.upstream import Upstream
-from tether.policy.rules import Policy, Verdict
+from tether.policy.rules import Policy
 from tether.tools.registry import Risk
 
 __all__ = ["Reviewed", "pin", "policy_verdict", "review", "survey"]

@@ -1,7 +1,7 @@
 """The policy file's shape, checked by pydantic: imported only when a file is parsed.
 
 ``Policy.from_toml`` reads the TOML; this module says what may be in it (unknown keys are
-errors, so a misspelt ``decison`` cannot silently mean "no rule") and builds the ``Policy``.
+errors, so a misspelt ``decison`` cannot silently mean "no rule") and gives the ``Policy``'s fields.
 """
 
 from __future__ import annotations
@@ -10,17 +10,19 @@ from typing import Any, Literal
 
 import pydantic
 
+from tether.core.verdicts import Verdict
 from tether.errors import ConfigurationError
 from tether.policy.cedar import CedarRules
+from tether.policy.constraints import DEFAULT_TIERS, Constraint, ConstraintOp, ToolRule
 from tether.policy.flow import FlowPolicy, FlowRule, Marking, SessionRule
 from tether.policy.provenance import Check
-from tether.policy.rules import DEFAULT_TIERS, Constraint, ConstraintOp, Policy, ToolRule, Verdict
 from tether.tools.registry import Risk
 
 
-def parse_policy_file(raw: dict[str, Any]) -> Policy:
-    """The policy a parsed TOML document describes, or a ConfigurationError saying what in
-    it is wrong."""
+def parse_policy_file(raw: dict[str, Any]) -> dict[str, Any]:
+    """The ``Policy`` fields a parsed TOML document describes, or a ConfigurationError
+    saying what in it is wrong. (``Policy.from_toml`` builds the policy from them: this module
+    knows the file's shape, not the policy's rules.)"""
     try:
         spec = _PolicyFile.model_validate(raw)
     except pydantic.ValidationError as e:
@@ -28,7 +30,7 @@ def parse_policy_file(raw: dict[str, Any]) -> Policy:
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
         raise ConfigurationError(f"policy file is invalid: {problems}") from e
-    return spec.to_policy()
+    return spec.to_fields()
 
 
 class _ConstraintSpec(pydantic.BaseModel):
@@ -131,23 +133,12 @@ class _PolicyFile(pydantic.BaseModel):
     tools: dict[str, _ToolSpec] = {}
     flow: _FlowSpec | None = None
 
-    def to_policy(self) -> Policy:
-        policy = self._build()
-        unanswerable = policy.asks_without_approvers()
-        if unanswerable:
-            raise ConfigurationError(
-                f"policy {self.version} asks for approval ({', '.join(unanswerable)}) but names "
-                "no approver for it, so those calls would wait forever; add approvers = [...] "
-                "or make them allow or deny"
-            )
-        return policy
-
-    def _build(self) -> Policy:
-        return Policy(
-            version=self.version,
-            approvers=frozenset(self.approvers),
-            tiers={**DEFAULT_TIERS, **self.tiers},
-            tools={
+    def to_fields(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "approvers": frozenset(self.approvers),
+            "tiers": {**DEFAULT_TIERS, **self.tiers},
+            "tools": {
                 name: ToolRule(
                     verdict=spec.decision,
                     approvers=frozenset(spec.approvers) if spec.approvers is not None else None,
@@ -158,7 +149,7 @@ class _PolicyFile(pydantic.BaseModel):
                 )
                 for name, spec in self.tools.items()
             },
-            approval_ttl_s=self.approval_ttl_seconds,
-            on_injection=self.on_injection,
-            flow=self.flow.to_flow() if self.flow is not None else None,
-        )
+            "approval_ttl_s": self.approval_ttl_seconds,
+            "on_injection": self.on_injection,
+            "flow": self.flow.to_flow() if self.flow is not None else None,
+        }

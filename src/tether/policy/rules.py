@@ -8,15 +8,15 @@ to make "delete everything" run unattended.
 
 from __future__ import annotations
 
-import operator
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from tether.core.principal import Principal
 from tether.core.verdicts import SEVERITY, Verdict
 from tether.errors import ConfigurationError
+from tether.policy.constraints import DEFAULT_TIERS, ToolRule
 from tether.tools.registry import Manifest, Risk
 from tether.tools.tenancy import is_missing, tenant_at
 
@@ -24,78 +24,10 @@ if TYPE_CHECKING:
     from tether.policy.flow import FlowPolicy
     from tether.policy.provenance import ArgumentProvenance, ProvenanceIndex
 
-__all__ = ["Constraint", "Decision", "Policy", "Principal", "ToolRule", "Verdict", "decide"]
+__all__ = ["Decision", "Policy", "decide"]
 
 
 _SEVERITY = SEVERITY
-
-
-@dataclass(frozen=True, kw_only=True)
-class Principal:
-    """Who a run acts for: a subject, the one tenant whose data it may touch, its scopes."""
-
-    subject: str
-    tenant: str
-    scopes: frozenset[str] = frozenset()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "tenant": self.tenant, "scopes": sorted(self.scopes)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Principal:
-        return cls(subject=data["subject"], tenant=data["tenant"], scopes=frozenset(data["scopes"]))
-
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "in": lambda a, b: a in b,
-    "not_in": lambda a, b: a not in b,
-    "matches": lambda a, b: isinstance(a, str) and re.fullmatch(b, a) is not None,
-}
-
-ConstraintOp = Literal["<", "<=", ">", ">=", "==", "!=", "in", "not_in", "matches"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Constraint:
-    """A condition one argument must meet, e.g. ``amount <= 1000``."""
-
-    argument: str
-    op: ConstraintOp
-    value: Any
-
-    def violation(self, arguments: Mapping[str, Any]) -> str | None:
-        if self.argument not in arguments:
-            return f"argument '{self.argument}' is required by the policy"
-        actual = arguments[self.argument]
-        try:
-            ok = _OPS[self.op](actual, self.value)
-        except TypeError:
-            ok = False
-        if ok:
-            return None
-        return f"argument '{self.argument}'={actual!r} breaks '{self.op} {self.value!r}'"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolRule:
-    verdict: Verdict | None = None
-    constraints: tuple[Constraint, ...] = ()
-    approvers: frozenset[str] | None = None
-
-
-DEFAULT_TIERS: Mapping[Risk, Verdict] = {
-    Risk.READ: Verdict.ALLOW,
-    Risk.SENSITIVE_READ: Verdict.ALLOW,
-    Risk.WRITE: Verdict.ASK,
-    Risk.ADMIN: Verdict.ASK,
-    Risk.IRREVERSIBLE: Verdict.ASK,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,11 +97,24 @@ class Policy:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigurationError(f"policy file is not valid TOML: {e}") from e
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Policy:
+        """The policy a parsed policy document (a TOML table) describes."""
         # pydantic is imported only here: checking a file's shape is its job, and nothing
         # else on the way to judging a call needs it.
         from tether.policy.file import parse_policy_file
 
-        return parse_policy_file(raw)
+        policy = cls(**parse_policy_file(dict(raw)))
+        unanswerable = policy.asks_without_approvers()
+        if unanswerable:
+            raise ConfigurationError(
+                f"policy {policy.version} asks for approval ({', '.join(unanswerable)}) but "
+                "names no approver for it, so those calls would wait forever; add "
+                "approvers = [...] or make them allow or deny"
+            )
+        return policy
 
 
 @dataclass(frozen=True, kw_only=True)

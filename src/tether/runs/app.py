@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core.budget import Budget
+from tether.core.principal import Principal
 from tether.errors import ConfigurationError
 from tether.gate.pipeline import Gate
 from tether.models import Model
-from tether.policy.rules import Policy, Principal
+from tether.policy.rules import Policy
 from tether.runs.runner import Runner
 from tether.store.base import Store
 from tether.tools.registry import Registry

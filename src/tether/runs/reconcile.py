@@ -17,11 +17,11 @@ from typing import Any
 
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
-from tether.core.lifecycle import lease_held
 from tether.core.screening import redact
 from tether.crash import crash_point
 from tether.errors import StoreError
 from tether.gate.pipeline import Gate, Result
+from tether.runs.leases import lease_held
 from tether.store.base import Store
 from tether.tools.registry import Risk
 

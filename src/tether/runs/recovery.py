@@ -32,7 +32,7 @@ from typing import Any
 
 from tether.core.approvals import ApprovalStatus
 from tether.core.ledger import Effect, EffectStatus
-from tether.core.lifecycle import RunStatus, lease_held
+from tether.core.lifecycle import RunStatus
 from tether.errors import (
     ApprovalRequired,
     Denied,
@@ -46,6 +46,7 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message
 from tether.runs import log as run_log
+from tether.runs.leases import lease_held
 from tether.runs.reconcile import UNSETTLED, Reconciled, Settlement, reconcile_effect
 from tether.runs.runner import Runner
 from tether.store.base import RunRecord, Store

@@ -31,7 +31,8 @@ from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json
 from tether.core.ledger import EffectStatus
-from tether.core.lifecycle import Claim, RunStatus, claim, worker_name
+from tether.core.lifecycle import RunStatus
+from tether.core.principal import Principal
 from tether.core.screening import redact, scrub, secret_values
 from tether.crash import crash_point
 from tether.errors import (
@@ -53,8 +54,8 @@ from tether.errors import (
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message, Model, ModelToolCall
-from tether.policy.rules import Principal
 from tether.runs import log as run_log
+from tether.runs.leases import Claim, claim, worker_name
 from tether.runs.log import RunResult, Step, StepText, load_result
 from tether.runs.reconcile import Reconciled, Settlement, reconcile_run
 from tether.store.base import RunRecord, Store, Tx

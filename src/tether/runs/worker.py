@@ -20,10 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.core.lifecycle import RunStatus, claim, lease_held, owner_alive, worker_name
+from tether.core.lifecycle import RunStatus
 from tether.errors import RunConflict, RunStateError, StoreError
 from tether.runs import log as run_log
 from tether.runs.app import App
+from tether.runs.leases import claim, lease_held, owner_alive, worker_name
 from tether.store.base import RunRecord, Store, Tx
 
 

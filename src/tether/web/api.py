@@ -12,8 +12,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.core.approvals import ApprovalStatus
+from tether.core.principal import Identity
 from tether.errors import CredentialRefused
-from tether.identity import Identity, authenticate
+from tether.identity import authenticate
 from tether.web.context import MAX_REASON, Site, client_key
 from tether.web.service import ID_PATTERN, WebError
 

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tether.identity import Identity, identity_of
+from tether.core.principal import Identity
+from tether.identity import identity_of
 
 if TYPE_CHECKING:
     from tether.store import Store

@@ -14,8 +14,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
 from tether.core.approvals import ApprovalStatus
+from tether.core.principal import Identity
 from tether.errors import CredentialRefused
-from tether.identity import Identity, authenticate
+from tether.identity import authenticate
 from tether.web.auth import COOKIE, Session, csrf_ok, identity_by_name, identity_for
 from tether.web.context import MAX_REASON, Site, client_key, peer_of
 from tether.web.forms import FormField, form_fields, read_form, refill

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.principal import Identity
 from tether.errors import (
     ApprovalStateError,
     ApproverNotAuthorized,
@@ -28,7 +29,6 @@ from tether.errors import (
     TetherError,
 )
 from tether.gate.desk import decide_approval, edit_approval
-from tether.identity import Identity
 
 if TYPE_CHECKING:
     from tether.runs.app import App
