@@ -32,7 +32,7 @@ _EXPORTS = {
     "Policy": "tether.policy.rules",
     "Principal": "tether.policy.rules",
     "Registry": "tether.tools.registry",
-    "Result": "tether.gate.pipeline",
+    "Result": "tether.gate.settle",
     "Risk": "tether.tools.registry",
     "RunResult": "tether.runs.runner",
     "RunStatus": "tether.core.lifecycle",
@@ -121,7 +121,8 @@ if _typing.TYPE_CHECKING:
     from tether.core.verdicts import Verdict
     from tether.errors import TetherError
     from tether.evidence.audit import AuditReport
-    from tether.gate.pipeline import Gate, Outcome, Result, ToolCall
+    from tether.gate.pipeline import Gate, Outcome, ToolCall
+    from tether.gate.settle import Result
     from tether.models import Message, Model, ModelToolCall
     from tether.models.scripted import ScriptedModel
     from tether.policy.rules import Decision, Policy, decide

@@ -37,7 +37,7 @@ from tether.crash import ENV as CRASH_ENV
 from tether.crash import POINTS, arm_from_environment
 from tether.demo import TicketWorld
 from tether.gate.desk import decide_approval
-from tether.gate.pipeline import Result
+from tether.gate.settle import Result
 from tether.models import Message, ModelToolCall
 from tether.policy.constraints import ToolRule
 from tether.policy.rules import Policy

@@ -23,7 +23,8 @@ from tether.core.ledger import EffectStatus
 from tether.core.principal import Principal
 from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired, ConfigurationError, OutcomeUnknown, TetherError
-from tether.gate.pipeline import Gate, Outcome, Result, ToolCall
+from tether.gate.pipeline import Gate, Outcome, ToolCall
+from tether.gate.settle import Result
 from tether.policy.constraints import ToolRule
 from tether.policy.flow import FlowPolicy, FlowRule
 from tether.policy.provenance import Check

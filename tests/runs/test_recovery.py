@@ -16,7 +16,7 @@ from tether.core.verdicts import Verdict
 from tether.demo import TicketWorld, build
 from tether.errors import StoreError
 from tether.gate.desk import decide_approval
-from tether.gate.pipeline import Result
+from tether.gate.settle import Result
 from tether.models import ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy.constraints import ToolRule

@@ -23,7 +23,7 @@ from typing import Any
 
 from tether.core.digest import canonical_json
 from tether.core.principal import Principal
-from tether.gate.pipeline import Result
+from tether.gate.settle import Result
 from tether.models import Message, ModelToolCall
 from tether.policy.rules import Policy
 from tether.runs.app import App

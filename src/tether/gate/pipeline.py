@@ -11,23 +11,21 @@ recorded in a second transaction.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
-import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
-from tether.core.digest import canonical_json, sha256_hex
+from tether.core.digest import sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Identity, Principal
-from tether.core.screening import INJECTION_FLAG, redact, screen_result, scrub
+from tether.core.screening import INJECTION_FLAG, screen_result
 from tether.crash import crash_point
 from tether.errors import (
     ApprovalRequired,
@@ -38,9 +36,9 @@ from tether.errors import (
     Signal,
     StoreError,
     TetherError,
-    ToolFailed,
 )
 from tether.gate.desk import decide_approval, edit_approval, latest_approval
+from tether.gate.dispatch import ainvoke, invoke, loop_running
 from tether.gate.notify import notification_for
 from tether.gate.plan import (
     Admit,
@@ -57,6 +55,7 @@ from tether.gate.plan import (
     plan_call,
     sealed_identity,
 )
+from tether.gate.settle import settle
 from tether.gate.state import RunState, new_id
 from tether.policy.provenance import Origin, ProvenanceIndex
 from tether.policy.rules import Policy
@@ -64,23 +63,13 @@ from tether.store.base import RunRecord, Store, Tx
 from tether.tools.registry import Registry, Tool
 
 if TYPE_CHECKING:
-    import concurrent.futures
-
     from tether.policy.flow import FlowPolicy
 
-__all__ = ["Gate", "Outcome", "Result", "ToolCall", "apply"]
+__all__ = ["Gate", "Outcome", "ToolCall", "apply"]
 
 Clock = Callable[[], float]
 MAX_INDEXED_RUNS = 256  # runs whose provenance index a gate keeps in memory
 EventListener = Callable[[dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a handler may return to name the outside system's record of the call."""
-
-    value: Any
-    external_reference: str | None = None
 
 
 class Gate:
@@ -265,7 +254,7 @@ class Gate:
         An ``async def`` tool is run to completion on an event loop of its own
         (``asyncio.run``); from a thread that runs an event loop, use ``acall``."""
         started = time.perf_counter()
-        if _loop_running():
+        if loop_running():
             tool = self.registry.find(call.tool)
             if tool is not None and tool.is_async:
                 raise ConfigurationError(
@@ -279,7 +268,7 @@ class Gate:
         raw: Any = None
         error: BaseException | None = None
         try:
-            raw = _invoke(plan.tool, plan.arguments, plan.effect.operation_key)
+            raw = invoke(plan.tool, plan.arguments, plan.effect.operation_key)
         except Exception as e:
             error = e
         return self._settle(plan, started, index, raw, error)
@@ -311,7 +300,7 @@ class Gate:
         raw: Any = None
         error: BaseException | None = None
         try:
-            raw = await _ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
+            raw = await ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
         except asyncio.CancelledError as e:
             # Recorded as unknown; the caller asked for the cancellation, so that goes on.
             with contextlib.suppress(OutcomeUnknown):
@@ -418,80 +407,33 @@ class Gate:
         error: BaseException | None,
     ) -> Outcome:
         """Steps 9-10, after the tool was called with its key (step 8, in ``call`` and
-        ``acall``): record what happened — ``raw`` it returned, or the ``error`` it raised
-        (a timeout or a cancellation: unknown; anything else: failed)."""
-        tool, effect = admitted.tool, admitted.effect
-        failure: BaseException | None = None
-        if error is None:
-            target = EffectStatus.COMMITTED
-        elif isinstance(error, TimeoutError) or _is_cancellation(error):
-            target = EffectStatus.UNKNOWN
-            failure = OutcomeUnknown(tool.name, effect.operation_key)
-        else:
-            target = EffectStatus.FAILED
-            detail = _safe_error(error, admitted.secrets)
-            failure = ToolFailed(tool.name, effect.operation_key, error, detail=detail)
-            failure.__cause__ = error
+        ``acall``): ``settle`` says what happened (pure), this records it."""
         crash_point("gate.after_tool_return")
         # From here on nothing may raise before the outcome is recorded: the tool has run.
-        value, reference, problem = _recordable(raw) if failure is None else (None, None, None)
-        safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
-        result_json = canonical_json(safe_value) if target is EffectStatus.COMMITTED else None
-        screened = screen_result(
-            safe_value if isinstance(safe_value, str) or result_json is None else result_json,
-            tool.manifest.max_result_bytes,
-        )
-        if problem is not None:
-            screened = replace(screened, flags=(*screened.flags, problem))
-        now = self.clock()
-        resolved = effect.advance(
-            target,
-            now,
-            result_json=result_json,
-            result_digest=None if result_json is None else "sha256:" + sha256_hex(result_json),
-            external_reference=reference,
-            error=problem
-            if failure is None
-            else _safe_error(failure.__cause__ or failure, admitted.secrets),
-        )
-        redactions = sorted(set(admitted.redactions) | set(result_redactions))
-        event: dict[str, Any] = {
-            "event": "tool_effect_resolved",
-            "run_id": effect.run_id,
-            "step_id": f"step-{admitted.step}",
-            "call_id": effect.call_id,
-            "operation_key": effect.operation_key,
-            "tool": tool.name,
-            "tool_version": effect.tool_version,
-            "policy_version": admitted.decision.policy_version,
-            "policy_decision": admitted.label,
-            "effect_status": target.value,
-            "result_digest": resolved.result_digest,
-            "external_reference": reference,
-            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
-            "redactions": redactions,
-        }
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        done = settle(admitted, raw, error, self.clock(), latency_ms)
+        effect = done.effect
         try:
             with self.store.transaction() as tx:
-                tx.update_effect(resolved, EffectStatus.DISPATCHED)
-                refund = target is EffectStatus.FAILED and tool.manifest.cost > 0
-                if refund or (admitted.counts_bytes and target is EffectStatus.COMMITTED):
-                    # A failed call did not happen, so it costs nothing (an unknown one may have).
+                tx.update_effect(effect, EffectStatus.DISPATCHED)
+                if done.refund or done.added_bytes:
                     record = _load_run(tx, effect.run_id)
                     state = RunState.load(record)
                     budget = (
-                        state.budget.refund(tool.manifest.cost)
-                        if refund
-                        else state.budget.add_bytes(len(screened.text.encode()))
+                        state.budget.refund(admitted.tool.manifest.cost)
+                        if done.refund
+                        else state.budget.add_bytes(done.added_bytes)
                     )
-                    tx.update_run(record, checkpoint_json=checkpoint(state, budget), updated_at=now)
+                    tx.update_run(
+                        record, checkpoint_json=checkpoint(state, budget), updated_at=done.at
+                    )
                 tx.append_audit(
                     "tool_effect_resolved",
-                    at=now,
+                    at=done.at,
                     run_id=effect.run_id,
                     actor=admitted.actor,
-                    data=event,
-                    redactions=redactions,
+                    data=done.event,
+                    redactions=done.redactions,
                 )
         except (TetherError, Signal):
             raise
@@ -504,28 +446,27 @@ class Gate:
             ) from e
         crash_point("gate.after_outcome_commit")
         for listener in self._listeners:
-            listener(event)
-        if failure is not None:
-            raise failure from failure.__cause__
-        text = screened.text
-        if index is not None and result_json is not None:
+            listener(done.event)
+        if done.failure is not None:
+            raise done.failure from done.failure.__cause__
+        outcome = done.outcome
+        if index is not None and done.result_json is not None:
             # What the model will read of this output, it may act on: the index learns it
             # from the value as recorded (redacted), exactly what a rebuild reads back.
+            tool = admitted.tool
             trusted = self._learn(
-                index, tool, effect.call_id, tool.name, safe_value, result_json, screened.flags
+                index,
+                tool,
+                effect.call_id,
+                tool.name,
+                done.safe_value,
+                done.result_json,
+                done.screen_flags,
             )
             if not trusted:
-                text = self._mark(text, effect.operation_key, effect.call_id, tool.name)
-        return Outcome(
-            operation_key=effect.operation_key,
-            status=target,
-            result=value,
-            text=text,
-            replayed=False,
-            policy_decision=admitted.label,
-            external_reference=reference,
-            flags=admitted.flags + tuple(f"redacted '{n}'" for n in redactions) + screened.flags,
-        )
+                text = self._mark(outcome.text, effect.operation_key, effect.call_id, tool.name)
+                outcome = replace(outcome, text=text)
+        return outcome
 
     # -- human decisions ---------------------------------------------------------------------
     def approve(
@@ -620,121 +561,3 @@ def apply(tx: Tx, run_id: str, now: float, writes: tuple[Write, ...]) -> None:
                 tx.update_approval(write.approval, write.expected)
         else:
             tx.update_run(write.record, checkpoint_json=write.checkpoint_json, updated_at=now)
-
-
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _tool_thread() -> concurrent.futures.ThreadPoolExecutor:
-    import concurrent.futures  # only tools with a timeout need a thread
-
-    global _executor
-    if _executor is None:
-        _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="tether-tool")
-    return _executor
-
-
-def _invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
-    timeout = tool.manifest.timeout_s
-    if timeout is None:
-        return _run_to_end(tool, arguments, key)
-    # A thread lets the gate stop waiting; it cannot stop the tool, which is exactly why a
-    # timeout is recorded as "unknown" rather than "failed".
-    import concurrent.futures
-
-    future = _tool_thread().submit(_run_to_end, tool, arguments, key)
-    try:
-        return future.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        raise TimeoutError(f"no answer within {timeout}s") from None
-
-
-def _run_to_end(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
-    """The tool's answer from a synchronous caller: an async tool runs on a loop of its own
-    (``Gate.call`` refuses an async tool on a thread whose loop is running)."""
-    raw = tool.invoke(arguments, key)
-    if inspect.iscoroutine(raw):
-        import asyncio
-
-        return asyncio.run(raw)
-    return raw
-
-
-async def _ainvoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
-    """The tool's answer on the caller's event loop (see ``Gate.acall``)."""
-    import asyncio
-
-    timeout = tool.manifest.timeout_s
-    if timeout is not None and not tool.is_async:
-        # A synchronous tool with a limit runs in the tool thread, as under ``call``, so
-        # the loop can stop waiting for it (and keeps serving others meanwhile).
-        running = asyncio.get_running_loop().run_in_executor(
-            _tool_thread(), _run_to_end, tool, arguments, key
-        )
-        try:
-            return await asyncio.wait_for(running, timeout)
-        except TimeoutError:
-            raise TimeoutError(f"no answer within {timeout}s") from None
-    raw = tool.invoke(arguments, key)
-    if not inspect.isawaitable(raw):
-        return raw
-    if timeout is None:
-        return await raw
-    try:
-        return await asyncio.wait_for(raw, timeout)
-    except TimeoutError:
-        raise TimeoutError(f"no answer within {timeout}s") from None
-
-
-def _loop_running() -> bool:
-    """Whether this thread runs an asyncio event loop (no import: without asyncio loaded,
-    none can be)."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return False
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _is_cancellation(error: BaseException) -> bool:
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is not None and isinstance(error, asyncio.CancelledError)
-
-
-def _unwrap(raw: Any) -> tuple[Any, str | None]:
-    if isinstance(raw, Result):
-        return raw.value, raw.external_reference
-    if isinstance(raw, Mapping) and isinstance(raw.get("external_reference"), str):
-        return dict(raw), raw["external_reference"]
-    return raw, None
-
-
-def _recordable(raw: Any) -> tuple[Any, str | None, str | None]:
-    """The tool's answer as JSON (pydantic models, dataclasses, datetimes, enums, sets...),
-    its external reference, and why it could not be kept, if it could not. The call has
-    happened either way, so an answer that is not JSON becomes a recorded note, never an
-    exception that would leave the effect ``dispatched`` and make a retry look like a
-    timeout."""
-    try:
-        value, reference = _unwrap(raw)
-        if not isinstance(value, str | int | float | bool | type(None)):
-            import pydantic_core  # rich values only; the import costs start-up time
-
-            value = pydantic_core.to_jsonable_python(value)
-        canonical_json(value)  # NaN, infinities and cycles fail here, not in the store
-        if reference is not None and not isinstance(reference, str):
-            reference = str(reference)
-        return value, reference, None
-    except Exception as e:
-        problem = f"result could not be recorded as JSON ({type(e).__name__}: {e})"[:500]
-        return {"error": "result_not_json", "detail": problem}, None, problem
-
-
-def _safe_error(error: BaseException, secrets: tuple[str, ...]) -> str:
-    """An exception as it may be stored and shown: arguments' secrets and anything that
-    looks like a credential removed (a failing client often quotes the password it used)."""
-    text = repr(error)[:2000]
-    return str(redact(scrub(text, secrets))[0])

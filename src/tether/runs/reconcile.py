@@ -20,7 +20,8 @@ from tether.core.ledger import Effect, EffectStatus
 from tether.core.screening import redact
 from tether.crash import crash_point
 from tether.errors import StoreError
-from tether.gate.pipeline import Gate, Result
+from tether.gate.pipeline import Gate
+from tether.gate.settle import Result
 from tether.runs.leases import lease_held
 from tether.store.base import Store
 from tether.tools.registry import Risk

@@ -1,0 +1,91 @@
+"""Step 8: calling the tool with its operation key, from a synchronous caller or on an
+event loop, within the manifest's ``timeout_s`` (a timeout is "unknown", never "failed":
+the gate can stop waiting for a tool, not stop the tool)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from tether.tools.registry import Tool
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _tool_thread() -> concurrent.futures.ThreadPoolExecutor:
+    import concurrent.futures  # only tools with a timeout need a thread
+
+    global _executor
+    if _executor is None:
+        _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="tether-tool")
+    return _executor
+
+
+def invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    timeout = tool.manifest.timeout_s
+    if timeout is None:
+        return _run_to_end(tool, arguments, key)
+    # A thread lets the gate stop waiting; it cannot stop the tool, which is exactly why a
+    # timeout is recorded as "unknown" rather than "failed".
+    import concurrent.futures
+
+    future = _tool_thread().submit(_run_to_end, tool, arguments, key)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def _run_to_end(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    """The tool's answer from a synchronous caller: an async tool runs on a loop of its own
+    (``Gate.call`` refuses an async tool on a thread whose loop is running)."""
+    raw = tool.invoke(arguments, key)
+    if inspect.iscoroutine(raw):
+        import asyncio
+
+        return asyncio.run(raw)
+    return raw
+
+
+async def ainvoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:
+    """The tool's answer on the caller's event loop (see ``Gate.acall``)."""
+    import asyncio
+
+    timeout = tool.manifest.timeout_s
+    if timeout is not None and not tool.is_async:
+        # A synchronous tool with a limit runs in the tool thread, as under ``call``, so
+        # the loop can stop waiting for it (and keeps serving others meanwhile).
+        running = asyncio.get_running_loop().run_in_executor(
+            _tool_thread(), _run_to_end, tool, arguments, key
+        )
+        try:
+            return await asyncio.wait_for(running, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {timeout}s") from None
+    raw = tool.invoke(arguments, key)
+    if not inspect.isawaitable(raw):
+        return raw
+    if timeout is None:
+        return await raw
+    try:
+        return await asyncio.wait_for(raw, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {timeout}s") from None
+
+
+def loop_running() -> bool:
+    """Whether this thread runs an asyncio event loop (no import: without asyncio loaded,
+    none can be)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
