@@ -32,7 +32,8 @@ from tether.core.principal import KINDS, TOKEN_PATTERN, TOKEN_PREFIX, Identity, 
 from tether.errors import CredentialMissing, CredentialRefused, IdentityError
 
 if TYPE_CHECKING:  # store.base imports approvals, which imports this module's token pattern
-    from tether.store.base import CredentialRecord, Store, Tx
+    from tether.store.base import Store, Tx
+    from tether.store.rows import CredentialRecord
 
 TOKEN_ENV: Mapping[Kind, str] = {
     "approver": "TETHER_APPROVER_TOKEN",
@@ -163,7 +164,7 @@ def add_identity(
 ) -> tuple[Identity, str]:
     """Register ``name`` and make its credential: the identity and the token, which is shown
     this once and never stored (only its hash is)."""
-    from tether.store.base import CredentialRecord  # see the TYPE_CHECKING import above
+    from tether.store.rows import CredentialRecord
 
     tenant_set, scope_set = frozenset(tenants), frozenset(scopes)
     check_registration(name, kind, tenant_set, any_tenant, scope_set)

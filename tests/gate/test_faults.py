@@ -31,7 +31,8 @@ from tether.errors import (
 from tether.evidence.audit import CHAINS, AuditEntry, AuditHead
 from tether.gate.pipeline import Gate, ToolCall
 from tether.policy.rules import Policy
-from tether.store.base import RunRecord, Store, Tx
+from tether.store.base import Store, Tx
+from tether.store.rows import RunRecord
 from tether.store.sqlite import SQLiteStore
 from tether.tools.registry import Manifest, Registry, Risk
 

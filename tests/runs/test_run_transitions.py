@@ -35,7 +35,8 @@ from tether.models.scripted import ScriptedModel
 from tether.policy.rules import Policy
 from tether.runs.app import App
 from tether.runs.recovery import recover, rollback
-from tether.runs.runner import Answered, Unsettled, Waiting, load_result
+from tether.runs.runner import load_result
+from tether.runs.turns import Answered, Unsettled, Waiting
 from tether.store.base import Store
 from tether.tools.registry import Registry
 

@@ -9,7 +9,8 @@ from tether.core.approvals import Approval, ApprovalStatus, CallBinding
 from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
 from tether.evidence.audit import CHAINS
-from tether.store.base import CallView, RunRecord, Store, Tx
+from tether.store.base import Store, Tx
+from tether.store.rows import CallView, RunRecord
 
 
 def run_record(run_id: str = "run-1", version: int = 1) -> RunRecord:
@@ -237,7 +238,7 @@ class StoreContract:
 
     # -- messages and steps --------------------------------------------------------------------
     def test_messages_and_steps_append_in_order(self, store: Store) -> None:
-        from tether.store.base import StepRecord
+        from tether.store.rows import StepRecord
 
         with store.transaction() as tx:
             tx.append_message("run-1", 2, '{"b":2}')

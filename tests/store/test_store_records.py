@@ -19,7 +19,7 @@ from tether.evidence.crosscheck import (
     effect_digest,
 )
 from tether.store import sql
-from tether.store.base import CredentialRecord, RunRecord, StepRecord
+from tether.store.rows import CredentialRecord, RunRecord, StepRecord
 
 
 def full_effect() -> Effect:

@@ -53,7 +53,7 @@ from tether.gate.plan import (
 from tether.gate.state import RunState
 from tether.policy.constraints import ToolRule
 from tether.policy.rules import Policy
-from tether.store.base import CallView, RunRecord
+from tether.store.rows import CallView, RunRecord
 from tether.tools.registry import Manifest, Registry, Risk
 
 RUN = "run-p"

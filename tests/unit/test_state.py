@@ -12,7 +12,7 @@ from tether.core.budget import Budget
 from tether.core.digest import canonical_json
 from tether.core.principal import Principal
 from tether.gate.state import RunState
-from tether.store.base import RunRecord
+from tether.store.rows import RunRecord
 
 PRINCIPAL = Principal(subject="user-1", tenant="acme", scopes=frozenset({"b", "a"}))
 

@@ -49,6 +49,13 @@ from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
 from tether.adapters.inputs import UserInputs
+from tether.adapters.resume import (
+    DECISION_TYPES,
+    RESUME_HINT,
+    Decision,
+    already_recorded,
+    parse_decision,
+)
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.principal import Identity, Principal
@@ -85,12 +92,6 @@ __all__ = [
 ]
 
 RUN_PREFIX = "langgraph-"
-DECISION_TYPES = ("approve", "deny", "edit")
-RESUME_HINT = (
-    "resume with Command(resume={approval_id: decision}), one decision per pending approval: "
-    "{'type': 'approve'}, {'type': 'deny', 'message': '...'} or "
-    "{'type': 'edit', 'arguments': {...}}"
-)
 # The errors a call's refusal raises that the model should read (and may recover from); an
 # unknown outcome is not among them: the graph stops until the effect is settled.
 _REFUSALS = (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed)
@@ -135,16 +136,6 @@ def langchain_tools(registry: Registry) -> list[BaseTool]:
         )
         for m in registry.manifests()
     ]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One resume decision, checked against tether's record of the approval it names."""
-
-    approval_id: str
-    kind: str  # one of DECISION_TYPES
-    message: str | None = None
-    arguments: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -412,11 +403,11 @@ class Governor:
                     f"the resume value names {approval_id!r}, which is not an approval of "
                     f"this pause; pending: {ids}"
                 )
-            decision = _decision(approval_id, raw)
+            decision = parse_decision(approval_id, raw)
             if approval.status is ApprovalStatus.PENDING:
                 self._check_decider(approval)
                 decisions.append(decision)
-            elif not _already(approval, decision, known):
+            elif not already_recorded(approval, decision, known):
                 raise ValueError(
                     f"approval {approval_id} was already decided ({approval.status.value}"
                     + (f" by {approval.approver}" if approval.approver else "")
@@ -483,43 +474,6 @@ def _proposed(tc: LangChainToolCall) -> _Proposed:
 def _error(proposed: _Proposed, message: str) -> ToolMessage:
     return ToolMessage(
         content=message, tool_call_id=proposed.call_id, name=proposed.tool, status="error"
-    )
-
-
-def _decision(approval_id: str, raw: Any) -> Decision:
-    kind = raw.get("type") if isinstance(raw, Mapping) else None
-    if kind not in DECISION_TYPES:
-        raise ValueError(
-            f"the decision for {approval_id} must be a dict whose 'type' is one of "
-            f"{', '.join(DECISION_TYPES)}, not {raw!r}"
-        )
-    assert isinstance(raw, Mapping)
-    message = raw.get("message")
-    if message is not None and not isinstance(message, str):
-        raise ValueError(f"the decision for {approval_id} has a 'message' that is not text")
-    arguments = raw.get("arguments")
-    if kind == "edit" and not isinstance(arguments, Mapping):
-        raise ValueError(f"the edit of {approval_id} needs 'arguments': a dict of new arguments")
-    return Decision(
-        approval_id=approval_id,
-        kind=kind,
-        message=message,
-        arguments=dict(arguments) if isinstance(arguments, Mapping) else None,
-    )
-
-
-def _already(approval: Approval, decision: Decision, known: Mapping[str, Approval]) -> bool:
-    """Whether ``decision`` is what tether already recorded: the same resume value seen
-    again (LangGraph replays it when it re-runs the node; a second resumer sends it too)."""
-    if decision.kind == "approve":
-        return approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED)
-    if decision.kind == "deny":
-        return approval.status is ApprovalStatus.DENIED
-    edited = known.get(approval.replaced_by or "")
-    return (
-        approval.status is ApprovalStatus.EDITED
-        and edited is not None
-        and dict(edited.arguments) == decision.arguments
     )
 
 

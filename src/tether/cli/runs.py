@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tether.runs.app import App
     from tether.runs.runner import RunResult
     from tether.store import Store
-    from tether.store.base import RunRecord, StepRecord
+    from tether.store.rows import RunRecord, StepRecord
 
 DEV_IDENTITY_WARNING = (
     "warning: --dev-identity: this run acts for a principal nobody authenticated; "

@@ -35,8 +35,9 @@ from tether.core.principal import Principal
 from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired, ConfigurationError
 from tether.gate.pipeline import Gate, ToolCall
+from tether.models import Model
 from tether.policy.rules import Policy
-from tether.runs.runner import run_with_approval
+from tether.runs.runner import Approver, Runner, RunResult
 from tether.store import MemoryStore, Store
 from tether.tools.registry import Manifest, Registry, Risk
 
@@ -235,3 +236,24 @@ def _parameters(fn: Callable[..., Any]) -> set[str]:
         return set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return set()
+
+
+def run_with_approval(
+    model: Model,
+    gate: Gate,
+    run_id: str,
+    user_input: str,
+    *,
+    approver: Approver,
+    approver_id: str,
+    system: str = "",
+    max_steps: int = 8,
+) -> RunResult:
+    """Seed 004's loop: run to a final answer on an existing run, deciding approvals inline.
+
+    ``run_id`` names a run made with ``Gate.start_run``; its conversation starts here."""
+    runner = Runner(
+        gate, model, system=system, max_turns=max_steps, approver=approver, approver_id=approver_id
+    )
+    runner.begin(run_id, user_input)
+    return runner.resume(run_id)

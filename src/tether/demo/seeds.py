@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tether.compat import AgentHarness, PermissionLevel, RegisteredAction
+from tether.compat import AgentHarness, PermissionLevel, RegisteredAction, run_with_approval
 from tether.core.budget import Budget
 from tether.core.principal import Principal
 from tether.errors import ApprovalRequired, BudgetExceeded, UnknownToolError
@@ -19,7 +19,6 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy.rules import Policy
-from tether.runs.runner import run_with_approval
 from tether.store.base import Store
 from tether.tools.registry import Registry, Risk
 

@@ -38,7 +38,8 @@ from typing import Any, Literal
 from tether.core.approvals import Approval
 from tether.core.digest import canonical_json
 from tether.errors import ConfigurationError
-from tether.store.base import NotificationRecord, Store
+from tether.store.base import Store
+from tether.store.rows import NotificationRecord
 
 APPROVAL_REQUESTED = "approval_requested"
 SIGNATURE_HEADER = "X-Tether-Signature"

@@ -59,7 +59,8 @@ from tether.gate.settle import settle
 from tether.gate.state import RunState, new_id
 from tether.policy.provenance import Origin, ProvenanceIndex
 from tether.policy.rules import Policy
-from tether.store.base import RunRecord, Store, Tx
+from tether.store.base import Store, Tx
+from tether.store.rows import RunRecord
 from tether.tools.registry import Registry, Tool
 
 if TYPE_CHECKING:

@@ -63,7 +63,7 @@ from tether.gate.desk import approval_audit
 from tether.gate.state import RunState
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Decision, Policy, decide
-from tether.store.base import CallView, RunRecord
+from tether.store.rows import CallView, RunRecord
 from tether.tools.limits import argument_problems
 from tether.tools.registry import Registry, Tool
 from tether.tools.tenancy import fill_tenant

@@ -17,7 +17,7 @@ from typing import Any
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json
 from tether.core.principal import Principal
-from tether.store.base import RunRecord
+from tether.store.rows import RunRecord
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,11 +49,11 @@ from tether.errors import (
     TetherError,
 )
 from tether.gate.pipeline import Gate, ToolCall
-from tether.gate.plan import Outcome
 from tether.mcp.caller import Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.upstream import Upstream
+from tether.mcp.wire import approval_wait, error_result, protocol_error, result_of, text_of
 from tether.tools.registry import Manifest, Registry
 
 if TYPE_CHECKING:
@@ -66,8 +66,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Caller", "Gateway", "Offered"]
 
-APPROVAL_META = "io.tether/approval"
-OUTCOME_META = "io.tether/outcome"
 RECONNECT_DELAY_S = 0.5
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
@@ -401,19 +399,19 @@ class Gateway:
                 recorded = tx.effect_for_call(run_id, call_id) is not None
             if not recorded:  # a call the ledger holds is only replayed: the tool never runs
                 self._audit_blocked(caller, run_id, name, offered.blocked)
-                return _error(str(PinError(offered.blocked)))
+                return error_result(str(PinError(offered.blocked)))
         session = self._session(run_id)
         call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
         try:
             outcome = await gate.acall(run_id, call)
         except ApprovalRequired as wait:
             session.asked[same] = call_id
-            return _approval_error(wait, call_id)
+            return approval_wait(wait, call_id)
         except TetherError as e:
-            return _error(f"tether: {e}")
+            return error_result(f"tether: {e}")
         if session.asked.get(same) == call_id:
             del session.asked[same]  # it ran: the same arguments again are a new call
-        return _result(outcome)
+        return result_of(outcome)
 
     def _gate(self) -> Gate:
         if self.gate is None:
@@ -495,7 +493,7 @@ class Gateway:
 
     async def _upstream_call(self, tool: ToolConfig, arguments: dict[str, Any]) -> Any:
         result = await self.upstreams[tool.server].call(tool.upstream_name, arguments)
-        text = _text(result)
+        text = text_of(result)
         if result.is_error:
             raise UpstreamToolError(tool.key, text)
         if result.structured_content is not None:
@@ -508,67 +506,6 @@ class UpstreamToolError(RuntimeError):
 
     def __init__(self, tool: str, text: str) -> None:
         super().__init__(f"{tool} answered with an error: {text[:2000]}")
-
-
-def _text(result: mcp_types.CallToolResult) -> str:
-    parts: list[str] = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        if isinstance(text, str):
-            parts.append(text)
-        else:
-            kind = getattr(block, "type", "content")
-            mime = getattr(block, "mime_type", None)
-            parts.append(f"[{kind}{' ' + mime if mime else ''} omitted by the gateway]")
-    return "\n".join(parts)
-
-
-def _result(outcome: Outcome) -> dict[str, Any]:
-    meta = {
-        OUTCOME_META: {
-            "operation_key": outcome.operation_key,
-            "status": outcome.status.value,
-            "replayed": outcome.replayed,
-            "policy_decision": outcome.policy_decision,
-            "flags": list(outcome.flags),
-        }
-    }
-    return {
-        "content": [{"type": "text", "text": outcome.text}],
-        "isError": False,
-        "_meta": meta,
-        "resultType": "complete",
-    }
-
-
-def _error(text: str, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "content": [{"type": "text", "text": text}],
-        "isError": True,
-        "resultType": "complete",  # as ``CallToolResult``'s dump has it
-    }
-    if meta:
-        body["_meta"] = dict(meta)
-    return body
-
-
-def _approval_error(wait: ApprovalRequired, call_id: str) -> dict[str, Any]:
-    text = (
-        f"tether: '{wait.action_name}' needs a human's approval before it runs (approval "
-        f"{wait.approval_id}). An approver approves it with `tether approvals approve "
-        f"{wait.approval_id}` (their credential in TETHER_APPROVER_TOKEN); then call "
-        "'{tool}' again with the same arguments and it runs, once. Nothing has run yet."
-    ).replace("{tool}", wait.action_name)
-    meta = {
-        APPROVAL_META: {
-            "approval_id": wait.approval_id,
-            "status": "pending",
-            "call_id": call_id,
-            "expires_at": wait.expires_at,
-            "approve": f"tether approvals approve {wait.approval_id}",
-        }
-    }
-    return _error(text, meta)
 
 
 async def serve_stdio(gateway: Gateway) -> None:
@@ -594,22 +531,6 @@ async def serve_stdio(gateway: Gateway) -> None:
             tg.start_soon(forward)
             await server.run(receive, write, server.create_initialization_options())
             tg.cancel_scope.cancel()
-
-
-def protocol_error(error: Exception) -> Any:
-    """The JSON-RPC error answering a line that is not a JSON-RPC message."""
-    import mcp_types
-    import pydantic
-
-    not_json = isinstance(error, pydantic.ValidationError) and any(
-        e.get("type") == "json_invalid" for e in error.errors()
-    )
-    code, what = (-32700, "Parse error") if not_json else (-32600, "Invalid Request")
-    return mcp_types.JSONRPCError(
-        jsonrpc="2.0",
-        id=None,
-        error=mcp_types.ErrorData(code=code, message=f"{what}: {str(error)[:200]}"),
-    )
 
 
 def _version() -> str:

@@ -22,7 +22,7 @@ from tether.errors import RunStateError
 from tether.gate.desk import approval_audit
 from tether.runs.log import append
 from tether.store import Store
-from tether.store.base import RunRecord
+from tether.store.rows import RunRecord
 
 
 @dataclass(frozen=True)

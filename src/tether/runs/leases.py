@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -13,7 +15,8 @@ from tether.core.lifecycle import RunStatus
 from tether.errors import RunConflict, RunStateError, StaleState
 
 if TYPE_CHECKING:
-    from tether.store.base import RunRecord, Tx
+    from tether.store.base import Store, Tx
+    from tether.store.rows import RunRecord
 
 
 def worker_name() -> str:
@@ -91,3 +94,31 @@ def claim(tx: Tx, record: RunRecord, worker: str, now: float, lease_s: float, *,
         data={"previous_status": status.value, "by": by, "taken_from": taken_from},
     )
     return Claim(written, status, taken_from)
+
+
+class Heartbeat:
+    """Renews a lease while its holder works, so a slow tool call does not let the lease
+    lapse and a second worker start the same run (and re-dispatch an in-flight call)."""
+
+    def __init__(
+        self, store: Store, run_id: str, owner: str, lease_s: float, clock: Callable[[], float]
+    ) -> None:
+        self.store, self.run_id, self.owner = store, run_id, owner
+        self.lease_s, self.clock = lease_s, clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="tether-lease")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with self.store.transaction() as tx:
+                    if not tx.renew_lease(self.run_id, self.owner, self.clock() + self.lease_s):
+                        return  # lost it: the holder's next write will find out
+            except Exception:
+                continue

@@ -22,7 +22,8 @@ from tether.core.lifecycle import RunStatus
 from tether.errors import RunStateError
 from tether.gate.state import RunState
 from tether.models import Message
-from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.base import Store, Tx
+from tether.store.rows import RunRecord, StepRecord
 
 # Effects whose outcome nobody knows yet: a run waiting for reconciliation waits on these.
 _UNSETTLED = (EffectStatus.DISPATCHED, EffectStatus.UNKNOWN)

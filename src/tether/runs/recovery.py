@@ -49,7 +49,8 @@ from tether.runs import log as run_log
 from tether.runs.leases import lease_held
 from tether.runs.reconcile import UNSETTLED, Reconciled, Settlement, reconcile_effect
 from tether.runs.runner import Runner
-from tether.store.base import RunRecord, Store
+from tether.store.base import Store
+from tether.store.rows import RunRecord
 
 UNDO_PREFIX = "undo-"
 # How long a framework run's ``dispatched`` effect (beyond its tool's timeout) may be a call

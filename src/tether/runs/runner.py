@@ -22,18 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.budget import Budget
-from tether.core.digest import canonical_json
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Principal
-from tether.core.screening import redact, scrub, secret_values
 from tether.crash import crash_point
 from tether.errors import (
     ApprovalDenied,
@@ -55,14 +52,25 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message, Model, ModelToolCall
 from tether.runs import log as run_log
-from tether.runs.leases import Claim, claim, worker_name
+from tether.runs.leases import Claim, Heartbeat, claim, worker_name
 from tether.runs.log import RunResult, Step, StepText, load_result
 from tether.runs.reconcile import Reconciled, Settlement, reconcile_run
-from tether.store.base import RunRecord, Store, Tx
-from tether.tools.limits import argument_problems
+from tether.runs.turns import (
+    Answer,
+    Answered,
+    Shown,
+    Unsettled,
+    Waiting,
+    not_a_reply,
+    open_turn,
+    storable,
+    tool_error,
+)
+from tether.store.base import Tx
+from tether.store.rows import RunRecord
 from tether.tools.registry import ToolSpec
 
-__all__ = ["Approver", "RunResult", "Runner", "Step", "load_result", "run_with_approval"]
+__all__ = ["Approver", "RunResult", "Runner", "Step", "load_result"]
 
 # Given the pending approval, the approver's answer: True approves, False denies.
 Approver = Callable[[Approval], bool]
@@ -71,31 +79,6 @@ Approver = Callable[[Approval], bool]
 # took the lease, the rows were edited behind tether's back): the run is left to be resumed
 # once they clear, never marked failed for them.
 _TRANSIENT = (StoreError, RunConflict, IntegrityError)
-
-
-# -- what a tool call's answer is ------------------------------------------------------------
-@dataclass(frozen=True)
-class Answered:
-    """The call has its tool message (a result, or an error the model is told about)."""
-
-    message: Message
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """The call waits for a human to decide approval ``approval_id``."""
-
-    approval_id: str
-
-
-@dataclass(frozen=True)
-class Unsettled:
-    """The call's effect has an unknown outcome: the run waits until it is reconciled."""
-
-    operation_key: str
-
-
-Answer = Answered | Waiting | Unsettled
 
 
 class _Stopped(Exception):
@@ -196,7 +179,7 @@ class Runner:
         outcome) are reconciled first; one that cannot be leaves the run
         ``awaiting_reconciliation``, saying which effect it waits on."""
         claimed = self._claim(run_id)
-        heartbeat = _Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
+        heartbeat = Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
         heartbeat.start()
         try:
             return self._recover_and_drive(run_id, claimed)
@@ -331,9 +314,9 @@ class Runner:
         tools = self.gate.registry.tool_specs()
         while True:
             last = messages[-1]
-            open_turn = _open_turn(messages)
-            if open_turn is not None:
-                pending = self._answer_calls(run_id, messages, open_turn, turn - 1)
+            unanswered = open_turn(messages)
+            if unanswered is not None:
+                pending = self._answer_calls(run_id, messages, unanswered, turn - 1)
                 unsettled = [p.operation_key for p in pending if isinstance(p, Unsettled)]
                 if unsettled:
                     return self._wait_for_reconciliation(run_id, unsettled)
@@ -369,10 +352,10 @@ class Runner:
             raise
         except Exception as e:
             raise _ModelBug(f"model {name} raised {e!r}") from e
-        problem = _not_a_reply(reply)
+        problem = not_a_reply(reply)
         if problem is not None:
             raise _ModelBug(f"model {name} {problem}")
-        return _storable(reply)
+        return storable(reply)
 
     def _failed(self, run_id: str, reason: str, turn: int) -> RunResult:
         self._record(run_id, steps=[("error", reason[:2000])], turn=turn)
@@ -408,15 +391,15 @@ class Runner:
         """What answers ``tc``: its tool message, or what it must wait for."""
         if tc.parse_error is not None:
             steps.append(("tool_error", f"{tc.name}: {tc.parse_error}"))
-            return Answered(_error(tc, "invalid_arguments", message=tc.parse_error))
+            return Answered(tool_error(tc, "invalid_arguments", message=tc.parse_error))
         call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
-        shown = _Shown(self.gate, tc.name, tc.arguments)
+        shown = Shown(self.gate, tc.name, tc.arguments)
         note = ""
         approval = self.gate.approval_for(run_id, tc.id)
         if approval is not None and approval.status is ApprovalStatus.EDITED:
             edited = self._edited(approval)
             call = ToolCall(call_id=edited.call_id, tool=tc.name, arguments=dict(edited.arguments))
-            shown = _Shown(self.gate, tc.name, edited.arguments)
+            shown = Shown(self.gate, tc.name, edited.arguments)
             replaced = f"approval {approval.approval_id} replaced by {edited.approval_id}"
             note = f"[arguments edited by {edited.approver} ({replaced}): {shown.arguments}]\n"
             self._note_once(
@@ -434,7 +417,9 @@ class Runner:
                 return Waiting(approval.approval_id)
             if approval.status is ApprovalStatus.EXPIRED:
                 steps.append(("approval_expired", tc.name))
-                return Answered(_error(tc, "approval_expired", approval_id=approval.approval_id))
+                return Answered(
+                    tool_error(tc, "approval_expired", approval_id=approval.approval_id)
+                )
             if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
                 # Written before the call is made, in its own transaction: a worker dying
                 # mid-call must not take the record of the grant with it.
@@ -455,13 +440,13 @@ class Runner:
                 outcome = self.gate.call(run_id, call)
         except ApprovalDenied as e:
             steps.append(("approval_denied", tc.name + (f": {e.reason}" if e.reason else "")))
-            return Answered(_error(tc, "approval_denied", reason=e.reason))
+            return Answered(tool_error(tc, "approval_denied", reason=e.reason))
         except (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed) as e:
             # Error messages quote what they reject, secrets included: scrub before they are
             # stored as a step or shown to the model.
             message = shown.scrub(str(e))
             steps.append(("tool_error", f"{tc.name}: {message}"))
-            return Answered(_error(tc, type(e).__name__, message=message))
+            return Answered(tool_error(tc, type(e).__name__, message=message))
         except OutcomeUnknown as e:
             # Never guessed, never retried here: the run stops until the effect is settled
             # (by reconciliation once this call's worker is gone, or by a human).
@@ -603,117 +588,3 @@ class Runner:
         with contextlib.suppress(_Stopped):  # cancelled meanwhile: its status stays
             self._write(run_id, write)
         return load_result(self.store, run_id)
-
-
-def _not_a_reply(reply: Any) -> str | None:
-    """What is wrong with a model's reply, if it is not an assistant message."""
-    if not isinstance(reply, Message):
-        return f"returned a {type(reply).__name__}, not a Message"
-    if not isinstance(reply.content, str):
-        return f"returned content of type {type(reply.content).__name__}, not text"
-    if not all(isinstance(tc, ModelToolCall) for tc in reply.tool_calls):
-        return "returned tool calls that are not ModelToolCall values"
-    ids = [tc.id for tc in reply.tool_calls]
-    if not all(isinstance(i, str) and i for i in ids) or len(set(ids)) != len(ids):
-        return "returned tool calls without distinct ids"
-    return None
-
-
-def _storable(reply: Message) -> Message:
-    """The model's reply as it can be stored: a call whose arguments no JSON can hold
-    (thousands of levels deep, NaN, non-string keys) keeps its id and name but carries the
-    problem as a parse error, which the model is answered with, instead of arguments that
-    would break the write of the conversation itself."""
-    if reply.role != "assistant":
-        reply = replace(reply, role="assistant")
-    if not any(argument_problems(tc.arguments) for tc in reply.tool_calls):
-        return reply
-    calls = []
-    for tc in reply.tool_calls:
-        problems = argument_problems(tc.arguments)
-        error = "; ".join(problems)[:500]
-        calls.append(ModelToolCall(id=tc.id, name=tc.name, parse_error=error) if problems else tc)
-    return replace(reply, tool_calls=tuple(calls))
-
-
-class _Shown:
-    """A call's arguments as a run's steps may show them: sensitive fields and
-    credential-looking values masked (steps are printed by `tether runs show`)."""
-
-    def __init__(self, gate: Gate, tool: str, arguments: Mapping[str, Any]) -> None:
-        known = gate.registry.find(tool)
-        fields = known.manifest.sensitive_fields if known is not None else frozenset()
-        try:
-            self.arguments = canonical_json(redact(dict(arguments), fields)[0])
-            self.secrets = secret_values(arguments, fields)
-        except (ValueError, TypeError, RecursionError):
-            # Arguments that are not JSON at all: the gate refuses them; show nothing.
-            self.arguments, self.secrets = "(arguments that are not JSON)", []
-
-    def scrub(self, text: str) -> str:
-        return str(redact(scrub(text, self.secrets))[0])
-
-
-def _open_turn(messages: list[Message]) -> Message | None:
-    """The last model turn, if some of its tool calls have no answer yet."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == "assistant":
-            answered = {m.tool_call_id for m in messages[i + 1 :] if m.role == "tool"}
-            if any(tc.id not in answered for tc in messages[i].tool_calls):
-                return messages[i]
-            return None
-    return None
-
-
-class _Heartbeat:
-    """Renews a lease while its holder works, so a slow tool call does not let the lease
-    lapse and a second worker start the same run (and re-dispatch an in-flight call)."""
-
-    def __init__(
-        self, store: Store, run_id: str, owner: str, lease_s: float, clock: Callable[[], float]
-    ) -> None:
-        self.store, self.run_id, self.owner = store, run_id, owner
-        self.lease_s, self.clock = lease_s, clock
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name="tether-lease")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            try:
-                with self.store.transaction() as tx:
-                    if not tx.renew_lease(self.run_id, self.owner, self.clock() + self.lease_s):
-                        return  # lost it: the holder's next write will find out
-            except Exception:
-                continue
-
-
-def _error(tc: ModelToolCall, error: str, **extra: Any) -> Message:
-    body = {"error": error, "tool": tc.name, **{k: v for k, v in extra.items() if v is not None}}
-    return Message(role="tool", content=json.dumps(body, ensure_ascii=False), tool_call_id=tc.id)
-
-
-def run_with_approval(
-    model: Model,
-    gate: Gate,
-    run_id: str,
-    user_input: str,
-    *,
-    approver: Approver,
-    approver_id: str,
-    system: str = "",
-    max_steps: int = 8,
-) -> RunResult:
-    """Seed 004's loop: run to a final answer on an existing run, deciding approvals inline.
-
-    ``run_id`` names a run made with ``Gate.start_run``; its conversation starts here."""
-    runner = Runner(
-        gate, model, system=system, max_turns=max_steps, approver=approver, approver_id=approver_id
-    )
-    runner.begin(run_id, user_input)
-    return runner.resume(run_id)

@@ -25,7 +25,8 @@ from tether.errors import RunConflict, RunStateError, StoreError
 from tether.runs import log as run_log
 from tether.runs.app import App
 from tether.runs.leases import claim, lease_held, owner_alive, worker_name
-from tether.store.base import RunRecord, Store, Tx
+from tether.store.base import Store, Tx
+from tether.store.rows import RunRecord
 
 
 @dataclass

@@ -6,8 +6,9 @@ import os
 
 from tether.errors import ReadOnlyStore, StoreMissing
 from tether.evidence.keys import AuditKeys
-from tether.store.base import RunRecord, StepRecord, Store, Tx
+from tether.store.base import Store, Tx
 from tether.store.memory import MemoryStore
+from tether.store.rows import RunRecord, StepRecord
 from tether.store.sqlite import SQLiteStore
 from tether.store.urls import store_kind
 

@@ -26,14 +26,8 @@ from tether.evidence.crosscheck import (
     effect_digest,
 )
 from tether.evidence.keys import AuditKeys
-from tether.store.base import (
-    CredentialRecord,
-    NotificationRecord,
-    RunRecord,
-    StepRecord,
-    Store,
-    Tx,
-)
+from tether.store.base import Store, Tx
+from tether.store.rows import CredentialRecord, NotificationRecord, RunRecord, StepRecord
 
 
 class _Tables:

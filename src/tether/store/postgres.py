@@ -36,7 +36,8 @@ from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMi
 from tether.evidence.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys, config_key_path
 from tether.store import migrations
-from tether.store.base import RunRecord, Tx
+from tether.store.base import Tx
+from tether.store.rows import RunRecord
 from tether.store.sql import CLAIMABLE, RUN_COLUMNS, SQLStore, SQLTx
 
 try:

@@ -29,15 +29,8 @@ from tether.evidence.crosscheck import (
     row_digest,
 )
 from tether.evidence.keys import AuditKeys
-from tether.store.base import (
-    CallView,
-    CredentialRecord,
-    NotificationRecord,
-    RunRecord,
-    StepRecord,
-    Store,
-    Tx,
-)
+from tether.store.base import Store, Tx
+from tether.store.rows import CallView, CredentialRecord, NotificationRecord, RunRecord, StepRecord
 
 RUN_COLUMNS = RunRecord.columns()
 # Store.claimable in one statement. A run without a conversation (its own code or framework

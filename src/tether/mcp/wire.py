@@ -1,0 +1,94 @@
+"""What the gateway says on the wire: a governed call's outcome, a refusal or an approval
+wait as an MCP ``CallToolResult`` (with tether's ``_meta``), an upstream result as text, and
+the JSON-RPC error for a line that is not a message."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import mcp_types
+
+    from tether.errors import ApprovalRequired
+    from tether.gate.plan import Outcome
+
+APPROVAL_META = "io.tether/approval"
+OUTCOME_META = "io.tether/outcome"
+
+
+def text_of(result: mcp_types.CallToolResult) -> str:
+    parts: list[str] = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            kind = getattr(block, "type", "content")
+            mime = getattr(block, "mime_type", None)
+            parts.append(f"[{kind}{' ' + mime if mime else ''} omitted by the gateway]")
+    return "\n".join(parts)
+
+
+def result_of(outcome: Outcome) -> dict[str, Any]:
+    meta = {
+        OUTCOME_META: {
+            "operation_key": outcome.operation_key,
+            "status": outcome.status.value,
+            "replayed": outcome.replayed,
+            "policy_decision": outcome.policy_decision,
+            "flags": list(outcome.flags),
+        }
+    }
+    return {
+        "content": [{"type": "text", "text": outcome.text}],
+        "isError": False,
+        "_meta": meta,
+        "resultType": "complete",
+    }
+
+
+def error_result(text: str, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "resultType": "complete",  # as ``CallToolResult``'s dump has it
+    }
+    if meta:
+        body["_meta"] = dict(meta)
+    return body
+
+
+def approval_wait(wait: ApprovalRequired, call_id: str) -> dict[str, Any]:
+    text = (
+        f"tether: '{wait.action_name}' needs a human's approval before it runs (approval "
+        f"{wait.approval_id}). An approver approves it with `tether approvals approve "
+        f"{wait.approval_id}` (their credential in TETHER_APPROVER_TOKEN); then call "
+        "'{tool}' again with the same arguments and it runs, once. Nothing has run yet."
+    ).replace("{tool}", wait.action_name)
+    meta = {
+        APPROVAL_META: {
+            "approval_id": wait.approval_id,
+            "status": "pending",
+            "call_id": call_id,
+            "expires_at": wait.expires_at,
+            "approve": f"tether approvals approve {wait.approval_id}",
+        }
+    }
+    return error_result(text, meta)
+
+
+def protocol_error(error: Exception) -> Any:
+    """The JSON-RPC error answering a line that is not a JSON-RPC message."""
+    import mcp_types
+    import pydantic
+
+    not_json = isinstance(error, pydantic.ValidationError) and any(
+        e.get("type") == "json_invalid" for e in error.errors()
+    )
+    code, what = (-32700, "Parse error") if not_json else (-32600, "Invalid Request")
+    return mcp_types.JSONRPCError(
+        jsonrpc="2.0",
+        id=None,
+        error=mcp_types.ErrorData(code=code, message=f"{what}: {str(error)[:200]}"),
+    )
