@@ -29,6 +29,10 @@ required, granted or denied, refusals, unknown outcomes. The run stays ``running
 graph is paused: ``awaiting_approval`` would make tether's own decision commands queue it for
 tether's workers, which cannot drive a run whose conversation lives in LangGraph's checkpoints;
 the approvals it waits for are listed by ``tether approvals list``.
+
+The module is long because its three faces (the tool node, the agent middleware and the governor
+beneath them) share one interrupt-and-resume protocol; apart, that protocol would be written
+three times.
 """
 
 from __future__ import annotations

@@ -44,6 +44,10 @@ What it does, and why:
   user's, and is not recorded.
 
 The SDK is imported only here; ``pip install 'tether[openai-agents]'`` brings it.
+
+The module is long because the SDK's run, its interruptions and its resume each map onto the
+gate in their own way, and the three have to be read together to see that no decision is taken
+from client state.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ The run is a tether run: ``run_id`` names it, or it is derived from Pydantic AI'
 id (``pydantic-ai-<conversation id>``), which a resume with the message history keeps, so a
 resume in another process finds it. The gate runs synchronously inside the event loop (a
 tool's own blocking I/O blocks it too), so parallel calls are judged one at a time.
+
+The module is long because the toolset, its deferred calls and the results it accepts back are
+one protocol with the gate; split, each half would re-check what the other decided.
 """
 
 from __future__ import annotations

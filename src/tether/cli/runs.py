@@ -1,4 +1,8 @@
-"""Agent runs: ``tether run``, ``tether worker``, ``tether recover`` and ``tether runs``."""
+"""Agent runs: ``tether run``, ``tether worker``, ``tether recover`` and ``tether runs``.
+
+The module is long because it holds every ``tether runs`` subcommand; each is a thin click
+wrapper, and they share their options and output.
+"""
 
 from __future__ import annotations
 

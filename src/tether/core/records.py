@@ -15,8 +15,7 @@ the fifth. ``Record`` derives all of them from ``dataclasses.fields`` and each f
 
 Field order is column order, so it is also the order of the cells a row digest covers
 (``tether.evidence.crosscheck``): reordering the fields of a stored record changes its digests. A
-field
-annotated ``FIXED`` (``run_id: Annotated[str, FIXED]``) is written when the row is made and
+field annotated ``FIXED`` (``run_id: Annotated[str, FIXED]``) is written when the row is made and
 never by an update.
 """
 

@@ -8,8 +8,7 @@ the shortened chain is still internally consistent.
 
 None of that stops someone who can write the database from recomputing the chain, so every
 entry also carries an HMAC of its hash made with the audit key (``tether.evidence.keys``), which
-lives
-outside the database: a forged entry, however carefully chained, has no valid MAC. A signed
+lives outside the database: a forged entry, however carefully chained, has no valid MAC. A signed
 checkpoint (``tether.evidence.checkpoint``) kept elsewhere makes a truncated, rewritten or wiped log
 detectable even though the database's own head record can be rewritten too.
 
@@ -22,6 +21,9 @@ per run, so that workers appending for different runs never wait on one global h
 (PostgreSQL). With several chains, each new chain is first recorded in the ``_chains``
 chain; verifying checks that every recorded chain still exists, so deleting a whole run —
 its entries and its head — is detected too.
+
+The module is long because an entry's format, the chain it joins and the verifier that checks
+both are one contract: a change to one is a change to what verifies.
 """
 
 from __future__ import annotations

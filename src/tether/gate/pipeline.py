@@ -6,6 +6,10 @@ entries. A refusal is raised only after the transaction recording it commits, so
 call leaves an intact audit trail and no half-written effect. An admitted call has
 ``dispatched`` durable before its tool is called with the operation key; the outcome is
 recorded in a second transaction.
+
+The module is long because the gate's public methods (start_run, call, acall, ask_if_needed,
+approve, deny, edit) share one class and the provenance index it keeps; the decisions themselves
+live in plan, settle and desk.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@
 effect already recorded for the call, the latest approval for it, the ledger's effect count:
 ``CallView``) and returns one small tagged value — ``Refuse``, ``Replay``, ``Ask`` or
 ``Admit`` — carrying the rows and audit entries to write. ``tether.gate.pipeline`` applies them in
-the
-same transaction and acts on the tag. Nothing here touches a store, a clock or a tool, so the
+the same transaction and acts on the tag. Nothing here touches a store, a clock or a tool, so the
 composition where invariants I1 (every call is judged), I2 (one effect per call) and I5 (a
 grant is bound to the exact call) live is tested without a database
 (tests/unit/test_planner.py).
@@ -27,6 +26,9 @@ The steps, in the order they run (DESIGN section 1):
 9. admit: ``dispatched`` is written before the tool runs.
 
 Every plan but the integrity refusals of step 0 also writes the run (its step counted).
+
+The module is long because it is the whole before-the-tool half, steps 0-7 in their order, as
+pure functions: one place to read what is checked and when.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ outcome even if the client goes away meanwhile (it is shielded from cancellation
 finds the result). Crash, timeout and error handling are the gate's: an upstream that
 answers ``isError`` is a failed effect, one whose connection dies mid-call an unknown effect
 (``tether effects``, ``tether recover``).
+
+The module is long because it is one MCP server: listing, pinning, sessions and the call path
+share the upstream connections and the pinned lock.
 """
 
 from __future__ import annotations

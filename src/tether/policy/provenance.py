@@ -20,6 +20,9 @@ rebuilt, when a process does not have it, from durable rows (the run's recorded 
 its effects' results), so a run resumed elsewhere knows the same. It is bounded: past
 ``MAX_TOKENS`` it stops learning and marks itself full, and a full index reports values it
 cannot place as untrusted rather than unknown, so overflow never turns into trust.
+
+The module is long because labelling where an argument came from covers every kind of value it
+recognises (identifiers, URLs, addresses, paths) and they share one index.
 """
 
 from __future__ import annotations

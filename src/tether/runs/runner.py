@@ -16,6 +16,9 @@ a second worker trying the same run gets ``RunConflict``. Approvals are decided 
 ``Approver`` callback, or asynchronously: the run persists what it waits for, becomes
 ``awaiting_approval`` and the process may exit. A run that finishes under its driver (someone
 cancelled it) is left as it is: the driver stops and writes nothing more.
+
+The module is long because the run loop (claim, drive, answer, finish) is one state machine, and
+it reads best in one place; a turn's helpers live in turns.py and leases in leases.py.
 """
 
 from __future__ import annotations

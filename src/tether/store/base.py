@@ -1,4 +1,4 @@
-"""The store contract every backend implements, and the records it holds.
+"""The store contract every backend implements (the rows it holds are in ``tether.store.rows``).
 
 All writes happen inside ``Store.transaction()``: the gate changes an effect, a run and an
 approval, and appends the audit entry recording it, in one transaction (invariant I4), so a
@@ -8,9 +8,10 @@ and authenticating audit entries, remembering the digest of every row written so
 entry records it) live here once, so every backend enforces them the same way.
 
 A store is opened with its audit keyring (``tether.evidence.keys``); ``Store._attach_keys`` finds
-it,
-creates one only for a writer opening a store that records none, and refuses a store whose
+it, creates one only for a writer opening a store that records none, and refuses a store whose
 recorded key the ring lacks.
+
+The module is long because it is the store contract, written once for every backend.
 """
 
 from __future__ import annotations
@@ -464,9 +465,8 @@ class Store(abc.ABC):
 
     def state_digests(self) -> dict[str, str]:
         """Every effect, approval and run row, keyed as audit entries record them
-        (``effect:<key>``...), with its digest (``tether.evidence.crosscheck``). SQL backends
-        digest the
-        rows as stored instead, so that a row no longer readable as a record still counts."""
+        (``effect:<key>``...), with its digest (``tether.evidence.crosscheck``). SQL backends digest
+        the rows as stored instead, so that a row no longer readable as a record still counts."""
         return {
             **{EFFECT + e.operation_key: effect_digest(e) for e in self.list_effects()},
             **{APPROVAL + a.approval_id: approval_digest(a) for a in self.list_approvals()},

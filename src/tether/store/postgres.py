@@ -19,6 +19,9 @@ refusing server is one sentence saying why, not a pool retrying in the backgroun
 ``read_only``, every transaction is READ ONLY and nothing is migrated. The audit keyring's
 default file is ``$XDG_CONFIG_HOME/tether/keys/<store id>.key``: the database names the store,
 the key stays on the machine (or in ``$TETHER_AUDIT_KEY`` for workers on several).
+
+The module is long because it implements every primitive of the store contract for PostgreSQL,
+each a short SQL statement.
 """
 
 from __future__ import annotations

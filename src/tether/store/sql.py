@@ -1,7 +1,11 @@
 """What the SQL backends (SQLite, PostgreSQL) share: the statements that write and read
 records (made from the records' own fields, ``tether.core.records``), the listing queries, which
 differ only in their placeholder and tie-break column, and reading the evidence (log, heads
-and row digests) in one snapshot."""
+and row digests) in one snapshot.
+
+The module is long because it holds all that both SQL backends share, so that neither
+writes a statement of its own for a record.
+"""
 
 from __future__ import annotations
 

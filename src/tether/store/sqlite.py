@@ -10,6 +10,9 @@ Opened ``read_only``, the file is opened with ``mode=ro`` and nothing is migrate
 not even the WAL pragma; a file that is itself read-only (or in a read-only folder) is opened
 ``immutable=1``, which needs no ``-shm`` file beside it. The audit keyring is by default the
 file beside the database: ``tether.db`` -> ``tether.db.key``.
+
+The module is long because it implements every primitive of the store contract for SQLite, each
+a short SQL statement.
 """
 
 from __future__ import annotations

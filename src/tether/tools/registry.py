@@ -7,6 +7,9 @@ changes under an agent (a new description, a widened schema) is refused until so
 it and pins it again. A pin holds the ``manifest_digest``: the schema digest plus every field
 that changes what a call may do (risk tier, scope, tenants and where the tenant sits, cost,
 sensitive fields, result cap, timeout, compensation).
+
+The module is long because a manifest (its fields and the checks on them) and the registry that
+pins it are one contract.
 """
 
 from __future__ import annotations
