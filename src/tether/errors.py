@@ -16,6 +16,7 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     │   ├── ManifestDriftError      the tool's manifest no longer matches its pin
     │   ├── PolicyDenied            the policy said deny (reasons attached)
     │   ├── ApprovalDenied          a human denied the call
+    │   ├── PinError                an MCP tool that drifted from its pin, or was never pinned
     │   └── ApprovalInvalid         a grant that does not bind this call
     │       ├── ApprovalExpired
     │       ├── ApprovalAlreadyUsed
@@ -24,12 +25,17 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── BudgetExceeded              steps, cost or bytes would go over the budget
     ├── ApprovalStateError          deciding an approval that is unknown or already decided
     ├── RunStateError               resuming a run that is unknown or already finished
+    │   └── RunNotFound             no run with that id (also a NotFound)
+    ├── NotFound                    no effect, approval or credential with that id (a LookupError)
     ├── RunConflict                 another worker holds the run's lease
     ├── OperationConflict           a call already recorded, proposed again changed
     ├── InvalidTransition           an effect state change the state machine forbids
     ├── ToolFailed                  the tool raised; the effect is recorded as failed
     ├── OutcomeUnknown              the tool timed out (or is still in flight): outcome unknown
+    ├── UpstreamLost                an MCP upstream went away mid-call (also a TimeoutError)
     ├── StoreError                  the store cannot do what was asked
+    │   ├── StoreUnavailable        the store cannot be reached or opened
+    │   ├── AlreadyExists           a record with that id is already stored
     │   ├── StoreMissing            no store where a command that must not create one looked
     │   ├── ReadOnlyStore           a write to a store opened read-only
     │   └── StaleState              a compare-and-swap lost (someone else wrote first)
@@ -181,6 +187,14 @@ class RunStateError(TetherError):
     """A run that cannot do what was asked: unknown, finished, or inconsistent."""
 
 
+class NotFound(TetherError, LookupError):
+    """No record with that id: an effect, an approval or a credential (a run: ``RunNotFound``)."""
+
+
+class RunNotFound(NotFound, RunStateError):
+    """No run with that id."""
+
+
 class RunConflict(TetherError):
     """Another worker is driving the run; exactly one may."""
 
@@ -244,6 +258,16 @@ class PinError(Denied):
 
 class StoreError(TetherError):
     """The store cannot do what was asked; the message keeps the driver's own words."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or opened (a server that does not answer, a file that
+    cannot be opened); nothing was read or written. Trying again later may work."""
+
+
+class AlreadyExists(StoreError):
+    """A record with that id is already stored (a run, an approval, a credential, a step);
+    nothing was written. Use another id, or read the one that exists."""
 
 
 class StoreMissing(StoreError):

@@ -12,7 +12,7 @@ import tether.gate.pipeline
 from tests.conftest import Backend
 from tether import Gate, Policy, Principal, Registry, Risk, ToolCall
 from tether.core.verdicts import Verdict
-from tether.errors import ApprovalRequired
+from tether.errors import ApprovalRequired, RunNotFound
 from tether.policy.flow import FlowPolicy, FlowRule, SessionRule
 
 PRINCIPAL = Principal(subject="agent", tenant="t1")
@@ -182,10 +182,10 @@ def test_the_index_cache_is_bounded_and_an_evicted_run_is_rebuilt(
 
 
 def test_record_input_refuses_an_unknown_run_or_empty_text(backend: Backend) -> None:
-    from tether.errors import ConfigurationError, StoreError
+    from tether.errors import ConfigurationError
 
     gate = Gate(registry([]), POLICY, backend.store)
-    with pytest.raises(StoreError, match="no run"):
+    with pytest.raises(RunNotFound, match="no run"):
         gate.record_input("run-missing", "hello")
     run_id = gate.start_run(PRINCIPAL)
     with pytest.raises(ConfigurationError, match="non-empty"):

@@ -7,7 +7,13 @@ import pytest
 
 from tether.core.approvals import Approval, ApprovalStatus, CallBinding
 from tether.core.ledger import Effect, EffectStatus, operation_key
-from tether.errors import InvalidTransition, OperationConflict, StaleState, StoreError
+from tether.errors import (
+    AlreadyExists,
+    InvalidTransition,
+    OperationConflict,
+    StaleState,
+    StoreError,
+)
 from tether.evidence.audit import CHAINS
 from tether.store.base import Store, Tx
 from tether.store.rows import CallView, RunRecord
@@ -69,7 +75,7 @@ class StoreContract:
     def test_duplicate_run_refused(self, store: Store) -> None:
         with store.transaction() as tx:
             tx.insert_run(run_record())
-        with pytest.raises(StoreError, match="already exists"), store.transaction() as tx:
+        with pytest.raises(AlreadyExists, match="already exists"), store.transaction() as tx:
             tx.insert_run(run_record())
 
     def test_update_run_is_compare_and_swap(self, store: Store) -> None:
@@ -249,9 +255,9 @@ class StoreContract:
             assert tx.messages("run-1") == ['{"a":1}', '{"b":2}']
             assert tx.messages("run-9") == []
             assert [s.kind for s in tx.steps("run-1")] == ["tool_call"]
-        with pytest.raises(StoreError, match="already has message 1"), store.transaction() as tx:
+        with pytest.raises(AlreadyExists, match="already has message 1"), store.transaction() as tx:
             tx.append_message("run-1", 1, "{}")
-        with pytest.raises(StoreError, match="already has step 1"), store.transaction() as tx:
+        with pytest.raises(AlreadyExists, match="already has step 1"), store.transaction() as tx:
             tx.append_step("run-1", StepRecord(seq=1, turn=0, kind="final", detail="", at=2.0))
 
     def test_lease_fields_round_trip(self, store: Store) -> None:
@@ -342,7 +348,7 @@ class StoreContract:
         with store.transaction() as tx:
             tx.enqueue_notification(second)
             tx.enqueue_notification(first)
-        with pytest.raises(StoreError, match="already exists"), store.transaction() as tx:
+        with pytest.raises(AlreadyExists, match="already exists"), store.transaction() as tx:
             tx.enqueue_notification(first)
         with store.read() as tx:
             assert tx.due_notifications(now=0.5, limit=10) == []

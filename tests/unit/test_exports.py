@@ -1,6 +1,7 @@
 """The public API is what tether/__init__.py exports; this keeps the list honest and small."""
 
 import inspect
+import re
 
 import tether
 import tether.errors
@@ -73,3 +74,68 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = tether.Nope
+
+
+def test_every_error_is_in_the_tree_the_errors_module_draws() -> None:
+    doc = tether.errors.__doc__ or ""
+    for _, cls in inspect.getmembers(tether.errors, inspect.isclass):
+        if cls.__module__ == "tether.errors" and issubclass(cls, BaseException):
+            assert re.search(rf"[─ ]{cls.__name__}\b", doc), (
+                f"{cls.__name__} is missing from the tree"
+            )
+
+
+def test_no_public_exception_is_defined_outside_the_error_tree() -> None:
+    import ast
+    from pathlib import Path
+
+    src = Path(tether.__file__).parent
+    # Raised inside the gate's dispatch only, and recorded as the cause of a ToolFailed.
+    internal = {"UpstreamToolError"}
+    found = []
+    for path in src.rglob("*.py"):
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                bases = {ast.unparse(b) for b in node.bases}
+                if bases & {"Exception", "RuntimeError", "ValueError", "LookupError"}:
+                    found.append(node.name)
+    assert set(found) <= internal, sorted(set(found) - internal)
+
+
+def test_no_such_run_already_exists_and_store_unreachable_are_different_errors(
+    tmp_path: object,
+) -> None:
+    from pathlib import Path
+
+    from tether.core.principal import Principal
+    from tether.errors import AlreadyExists, RunNotFound, StoreUnavailable
+    from tether.runs.log import load_result
+
+    assert isinstance(tmp_path, Path)
+    kinds = (RunNotFound, AlreadyExists, StoreUnavailable)
+    for a in kinds:
+        assert not any(issubclass(a, b) for b in kinds if b is not a), a
+    store = tether.SQLiteStore(str(tmp_path / "tether.db"))
+    gate = tether.Gate(tether.Registry(), tether.Policy(version="p1"), store)
+    gate.start_run(Principal(subject="u", tenant="t"), run_id="r1")
+    try:
+        load_result(store, "no-such-run")
+    except Exception as e:
+        assert type(e) is RunNotFound, repr(e)
+    else:
+        raise AssertionError("reading a run that does not exist raised nothing")
+    try:
+        gate.start_run(Principal(subject="u", tenant="t"), run_id="r1")
+    except Exception as e:
+        assert type(e) is AlreadyExists, repr(e)
+    else:
+        raise AssertionError("starting a run twice raised nothing")
+    (tmp_path / "a-directory.db").mkdir()
+    try:
+        tether.SQLiteStore(str(tmp_path / "a-directory.db"))
+    except Exception as e:
+        assert type(e) is StoreUnavailable, repr(e)
+    else:
+        raise AssertionError("opening a directory as a store raised nothing")

@@ -65,6 +65,7 @@ from tether.core.budget import Budget
 from tether.core.principal import Identity, Principal
 from tether.core.screening import redact, screen_arguments, scrub, secret_values
 from tether.errors import (
+    AlreadyExists,
     ApprovalDenied,
     ApprovalRequired,
     ApprovalStateError,
@@ -180,7 +181,7 @@ class Governor:
         if self._load(run_id) is None:
             try:
                 self.gate.start_run(self.principal, run_id=run_id, budget=self.budget)
-            except StoreError:
+            except AlreadyExists:
                 # Another process started it first; it is the same thread, so reuse it.
                 if self._load(run_id) is None:
                     raise

@@ -66,6 +66,7 @@ from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import operation_key
 from tether.core.principal import Identity, Principal
 from tether.errors import (
+    AlreadyExists,
     ApprovalRequired,
     ApprovalStateError,
     BudgetExceeded,
@@ -76,7 +77,6 @@ from tether.errors import (
     OperationConflict,
     OutcomeUnknown,
     RunStateError,
-    StoreError,
     ToolFailed,
 )
 from tether.gate.pipeline import Gate, ToolCall
@@ -215,7 +215,7 @@ class Governed:
             try:
                 self.gate.start_run(self.principal, budget=budget, run_id=self.run_id)
                 return
-            except StoreError:
+            except AlreadyExists:
                 pass  # another process started it first: reuse it, as below
         found = self.gate.run_state(self.run_id).principal
         if found != self.principal:

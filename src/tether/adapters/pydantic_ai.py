@@ -42,6 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tether.errors import AlreadyExists
+
 try:
     from pydantic_ai import CallToolsNode, RunContext
     from pydantic_ai.capabilities import AbstractCapability
@@ -87,7 +89,6 @@ from tether.errors import (
     InvalidArguments,
     OutcomeUnknown,
     RunStateError,
-    StoreError,
 )
 from tether.errors import ApprovalRequired as WaitForApproval
 from tether.errors import ToolFailed as TetherToolFailed
@@ -255,7 +256,7 @@ class GovernedToolset(WrapperToolset[Any]):
         if record is None:
             try:
                 self.gate.start_run(principal, run_id=run_id, budget=self.budget)
-            except StoreError:
+            except AlreadyExists:
                 with self.gate.store.read() as tx:  # another process started it first
                     record = tx.get_run(run_id)
                 if record is None:

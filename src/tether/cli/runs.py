@@ -26,6 +26,7 @@ from tether.cli.shared import (
     parse_scopes,
     token_file_option,
 )
+from tether.errors import RunNotFound
 
 if TYPE_CHECKING:
     from tether.core.principal import Principal
@@ -380,14 +381,13 @@ def runs_list(db: str, as_json: bool, status: str | None) -> None:
 )
 def runs_show(db: str, as_json: bool, run_id: str, follow: bool) -> None:
     """Show a run: its status, steps and what it waits for."""
-    from tether.errors import RunStateError
     from tether.runs.runner import load_result
 
     with look(db) as store:
         with store.read() as tx:
             record = tx.get_run(run_id)
         if record is None:
-            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+            raise RunNotFound(f"no run {run_id}; see `tether runs list`")
         if follow:
             try:
                 record = _follow(store, record, quiet=as_json)
@@ -461,7 +461,6 @@ def runs_cancel(
     Cancelling ends a run nobody can restart and answers its pending approvals for the
     approvers, so it takes an approver's credential (allowed for the run's tenant), like
     deciding one of them."""
-    from tether.errors import RunStateError
     from tether.identity import require_token
     from tether.runs.cancel import cancel
 
@@ -471,7 +470,7 @@ def runs_cancel(
         with store.read() as tx:
             record = tx.get_run(run_id)
         if record is None:
-            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+            raise RunNotFound(f"no run {run_id}; see `tether runs list`")
         check_tenant(who, record.tenant_id, "cancel")
         done = cancel(
             store,

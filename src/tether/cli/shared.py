@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import click
 
 from tether.cli.common import open_cli_store
+from tether.errors import RunNotFound
 
 if TYPE_CHECKING:
     from tether.core.principal import Identity
@@ -141,13 +142,13 @@ APP_OPTION = click.option(
 
 
 def app_for_run(store: Store, run_id: str, app_ref: str | None) -> tuple[App, str]:
-    from tether.errors import ConfigurationError, RunStateError
+    from tether.errors import ConfigurationError
     from tether.runs.app import load_app
 
     with store.read() as tx:
         record = tx.get_run(run_id)
     if record is None:
-        raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        raise RunNotFound(f"no run {run_id}; see `tether runs list`")
     if app_ref is None:
         app_ref = json.loads(record.checkpoint_json).get("app")
         if not app_ref:

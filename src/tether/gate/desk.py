@@ -34,7 +34,7 @@ from tether.errors import (
     CredentialRefused,
     InvalidArguments,
     PolicyDenied,
-    StoreError,
+    RunNotFound,
 )
 from tether.gate.state import RunState, new_id
 from tether.policy.rules import Policy, decide
@@ -233,7 +233,7 @@ def edit_approval(
 def _run_state(tx: Tx, run_id: str) -> RunState:
     record = tx.get_run(run_id)
     if record is None:
-        raise StoreError(f"approval names run {run_id}, which does not exist")
+        raise RunNotFound(f"approval names run {run_id}, which does not exist")
     return RunState.load(record)
 
 

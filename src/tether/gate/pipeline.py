@@ -37,8 +37,8 @@ from tether.errors import (
     ConfigurationError,
     InternalError,
     OutcomeUnknown,
+    RunNotFound,
     Signal,
-    StoreError,
     TetherError,
 )
 from tether.gate.desk import decide_approval, edit_approval, latest_approval
@@ -533,7 +533,7 @@ class Gate:
 def _load_run(tx: Tx, run_id: str) -> RunRecord:
     record = tx.get_run(run_id)
     if record is None:
-        raise StoreError(f"no run {run_id}; start one with Gate.start_run or `tether run`")
+        raise RunNotFound(f"no run {run_id}; start one with Gate.start_run or `tether run`")
     return record
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.lifecycle import RunStatus
-from tether.errors import RunStateError
+from tether.errors import RunNotFound, RunStateError
 from tether.gate.desk import approval_audit
 from tether.runs.log import append
 from tether.store import Store
@@ -63,7 +63,7 @@ def cancel(
         # and then sees a finished run.
         record = tx.lock_run(run_id)
         if record is None:
-            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+            raise RunNotFound(f"no run {run_id}; see `tether runs list`")
         previous = RunStatus(record.status)
         if previous.finished:
             raise RunStateError(

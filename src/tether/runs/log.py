@@ -19,7 +19,7 @@ from tether.core.approvals import ApprovalStatus
 from tether.core.digest import canonical_json
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
-from tether.errors import RunStateError
+from tether.errors import RunNotFound
 from tether.gate.state import RunState
 from tether.models import Message
 from tether.store.base import Store, Tx
@@ -110,7 +110,7 @@ def note(store: Store, run_id: str, steps: Sequence[StepText], *, now: float) ->
 def get_run(tx: Tx, run_id: str) -> RunRecord:
     record = tx.get_run(run_id)
     if record is None:
-        raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        raise RunNotFound(f"no run {run_id}; see `tether runs list`")
     return record
 
 

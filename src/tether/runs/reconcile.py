@@ -19,7 +19,7 @@ from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
 from tether.core.screening import redact
 from tether.crash import crash_point
-from tether.errors import StoreError
+from tether.errors import NotFound, StoreError
 from tether.gate.pipeline import Gate
 from tether.gate.settle import Result
 from tether.runs.leases import lease_held
@@ -175,7 +175,7 @@ def resolve_effect(
         effect = tx.get_effect(operation_key)
         run = tx.get_run(effect.run_id) if effect is not None else None
     if effect is None:
-        raise StoreError(f"no effect {operation_key}; see `tether effects list`")
+        raise NotFound(f"no effect {operation_key}; see `tether effects list`")
     if run is not None and lease_held(run, "resolve", now):
         raise StoreError(
             f"run {run.run_id} is being driven by {run.lease_owner}; its call may still be "

@@ -38,6 +38,7 @@ from tether.errors import (
     Denied,
     OutcomeUnknown,
     RunConflict,
+    RunNotFound,
     RunStateError,
     TetherError,
     ToolFailed,
@@ -217,7 +218,7 @@ def rollback(gate: Gate, run_id: str) -> RollbackReport:
     with store.read() as tx:
         record = tx.get_run(run_id)
     if record is None:
-        raise RunStateError(f"no run {run_id}; see `tether runs list`")
+        raise RunNotFound(f"no run {run_id}; see `tether runs list`")
     if lease_held(record, "rollback", gate.clock()):
         raise RunConflict(f"run {run_id} is being driven by {record.lease_owner}; try later")
     report = _compensate(gate, run_id)

@@ -46,6 +46,7 @@ from tether.errors import (
     OperationConflict,
     OutcomeUnknown,
     RunConflict,
+    RunNotFound,
     RunStateError,
     StaleState,
     StoreError,
@@ -232,7 +233,7 @@ class Runner:
     def _claim_in(self, tx: Tx, run_id: str, now: float) -> Claim | None:
         record = tx.lock_run(run_id)
         if record is None:
-            raise RunStateError(f"no run {run_id}; see `tether runs list`")
+            raise RunNotFound(f"no run {run_id}; see `tether runs list`")
         if not RunState.load(record).extra.get("messages"):
             raise RunStateError(
                 f"run {run_id} has no conversation: it was started with Gate.start_run and is "

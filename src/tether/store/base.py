@@ -7,11 +7,10 @@ the rules (compare-and-swap on run versions, status checks on effects and approv
 and authenticating audit entries, remembering the digest of every row written so the next
 entry records it) live here once, so every backend enforces them the same way.
 
-A store is opened with its audit keyring (``tether.evidence.keys``); ``Store._attach_keys`` finds
-it, creates one only for a writer opening a store that records none, and refuses a store whose
-recorded key the ring lacks.
-
-The module is long because it is the store contract, written once for every backend.
+A store is opened with its audit keyring (``tether.evidence.keys``): ``Store._attach_keys``
+finds it, makes one only for a writer opening a store that has none, and refuses a store
+whose recorded key the ring lacks. The module is long because it is the store contract,
+written once for every backend.
 """
 
 from __future__ import annotations
@@ -31,8 +30,10 @@ from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.errors import (
+    AlreadyExists,
     AuditKeyMissing,
     InvalidTransition,
+    NotFound,
     OperationConflict,
     ReadOnlyStore,
     StaleState,
@@ -104,7 +105,7 @@ class Tx(abc.ABC):
 
     def insert_run(self, run: RunRecord) -> None:
         if not self._insert_run(run):
-            raise StoreError(f"run {run.run_id} already exists; choose another run id")
+            raise AlreadyExists(f"run {run.run_id} already exists; choose another run id")
         # The row as created; runs change without entries (leases, counters), so verifying
         # checks only that the run exists.
         self._touched[RUN + run.run_id] = sha256_hex(canonical_json(run.to_dict()))
@@ -123,7 +124,7 @@ class Tx(abc.ABC):
     # -- a run's conversation and steps: one small row each, never the whole history again ----
     def append_message(self, run_id: str, seq: int, body: str) -> None:
         if not self._insert_message(run_id, seq, body):
-            raise StoreError(f"run {run_id} already has message {seq}; reload the run")
+            raise AlreadyExists(f"run {run_id} already has message {seq}; reload the run")
 
     @abc.abstractmethod
     def messages(self, run_id: str) -> list[str]:
@@ -134,7 +135,7 @@ class Tx(abc.ABC):
         reference for where argument values may come from (``tether.policy.provenance``)."""
         seq = len(self.inputs(run_id))
         if not self._insert_input(run_id, seq, source, body, at):
-            raise StoreError(f"run {run_id} already has input {seq}; record it again")
+            raise AlreadyExists(f"run {run_id} already has input {seq}; record it again")
 
     @abc.abstractmethod
     def inputs(self, run_id: str) -> list[tuple[str, str]]:
@@ -146,7 +147,7 @@ class Tx(abc.ABC):
 
     def append_step(self, run_id: str, step: StepRecord) -> None:
         if not self._insert_step(run_id, step):
-            raise StoreError(f"run {run_id} already has step {step.seq}; reload the run")
+            raise AlreadyExists(f"run {run_id} already has step {step.seq}; reload the run")
 
     @abc.abstractmethod
     def steps(self, run_id: str) -> list[StepRecord]: ...
@@ -207,11 +208,11 @@ class Tx(abc.ABC):
 
     def insert_credential(self, credential: CredentialRecord) -> None:
         if not self._insert_credential(credential):
-            raise StoreError(f"credential {credential.credential_id} already exists")
+            raise AlreadyExists(f"credential {credential.credential_id} already exists")
 
     def update_credential(self, credential: CredentialRecord) -> None:
         if not self._update_credential(credential):
-            raise StoreError(f"no credential {credential.credential_id}")
+            raise NotFound(f"no credential {credential.credential_id}")
 
     # -- approvals ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -226,7 +227,7 @@ class Tx(abc.ABC):
 
     def insert_approval(self, approval: Approval) -> None:
         if not self._insert_approval(approval):
-            raise StoreError(f"approval {approval.approval_id} already exists")
+            raise AlreadyExists(f"approval {approval.approval_id} already exists")
         self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
@@ -240,7 +241,7 @@ class Tx(abc.ABC):
     # -- the notification outbox -------------------------------------------------------------
     def enqueue_notification(self, notification: NotificationRecord) -> None:
         if not self._insert_notification(notification):
-            raise StoreError(f"notification {notification.notification_id} already exists")
+            raise AlreadyExists(f"notification {notification.notification_id} already exists")
 
     @abc.abstractmethod
     def get_notification(self, notification_id: str) -> NotificationRecord | None: ...

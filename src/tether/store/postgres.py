@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
+from tether.errors import (
+    ConfigurationError,
+    ReadOnlyStore,
+    StoreError,
+    StoreMissing,
+    StoreUnavailable,
+)
 from tether.evidence.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys, config_key_path
 from tether.store import migrations
@@ -315,7 +321,7 @@ def probe(conninfo: str) -> None:
         with psycopg.connect(conninfo, connect_timeout=PROBE_TIMEOUT_S) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as e:
-        raise StoreError(
+        raise StoreUnavailable(
             f"cannot connect to PostgreSQL at {safe_url(conninfo)}: {_one_line(e)}"
         ) from None
 
@@ -390,7 +396,7 @@ class PostgresStore(SQLStore):
             )
             pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {safe_url(conninfo)}: {_one_line(e)}"
             ) from None
         return pool

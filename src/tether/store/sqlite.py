@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tether.errors import ConfigurationError, ReadOnlyStore, StoreError, StoreMissing
+from tether.errors import (
+    ConfigurationError,
+    ReadOnlyStore,
+    StoreError,
+    StoreMissing,
+    StoreUnavailable,
+)
 from tether.evidence.audit import MAIN, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys
 from tether.store import migrations
@@ -344,7 +350,7 @@ class SQLiteStore(SQLStore):
                 raise
             return conn
         except sqlite3.Error as e:
-            raise StoreError(f"cannot open SQLite database {self.path}: {e}") from e
+            raise StoreUnavailable(f"cannot open SQLite database {self.path}: {e}") from e
 
     def _has_tables(self) -> bool:
         row = self._conn.execute(
