@@ -1,6 +1,7 @@
-"""The gate's planner driven without a database: random sequences of proposals, decisions,
-forgeries, expiries and tool outcomes, each plan checked against an oracle written here from
-the design (DESIGN section 1, invariants I1, I2, I5 and the budgets), not from the planner.
+"""The gate's planner and its settle driven without a database: random sequences of
+proposals, decisions, forgeries, expiries and tool outcomes, each plan (and each settled
+outcome) checked against an oracle written here from the design (DESIGN section 1,
+invariants I1, I2, I5 and the budgets), not from the planner.
 
 The "world" below is this test's own record of rows: it applies a plan's writes the way the
 design says they mean (insert, compare-and-swap update), so a plan that writes the wrong row
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from tether.core.approvals import Approval, ApprovalStatus, grant_payload
 from tether.core.budget import Budget
-from tether.core.digest import evolve
+from tether.core.digest import canonical_json, evolve, sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Principal
@@ -50,6 +51,7 @@ from tether.gate.plan import (
     plan_call,
     sealed_identity,
 )
+from tether.gate.settle import settle
 from tether.gate.state import RunState
 from tether.policy.constraints import ToolRule
 from tether.policy.rules import Policy
@@ -96,6 +98,7 @@ class World:
     effects: dict[str, Any] = field(default_factory=dict)  # call_id -> Effect
     approvals: dict[str, Approval] = field(default_factory=dict)  # call_id -> latest
     audit: list[str] = field(default_factory=list)
+    admitted: dict[str, Admit] = field(default_factory=dict)  # call_id -> its dispatch plan
 
     def view(self, call_id: str) -> CallView:
         return CallView(
@@ -325,6 +328,8 @@ def test_planner_agrees_with_the_design(
                 assert got == expected, (expected, got, plan)
             _check_writes(plan, world)
             world.apply(plan, now)
+            if isinstance(plan, Admit):
+                world.admitted[call_id] = plan
             # The oracle's own bookkeeping, from the design.
             counted = expected not in ("refuse:budget", "refuse:cancelled") or (
                 expected == "refuse:budget" and oracle.steps < max_steps
@@ -391,9 +396,14 @@ def test_planner_agrees_with_the_design(
             }.get(action[2] if verb == "outcome" else "", EffectStatus.RECONCILED_ABSENT)
             if effect is None or target not in _next(effect.status):
                 continue
-            world.effects[call_id] = effect.advance(
-                target, now, result_json='"ok"' if target is EffectStatus.COMMITTED else None
-            )
+            admitted = world.admitted.get(call_id)
+            if verb == "outcome" and effect.status is EffectStatus.DISPATCHED and admitted:
+                # The after-the-tool half: what the gate's settle makes of the tool's answer.
+                world.effects[call_id] = _settled(admitted, action[2], now)
+            else:
+                world.effects[call_id] = effect.advance(
+                    target, now, result_json='"ok"' if target is EffectStatus.COMMITTED else None
+                )
             oracle.outcome[call_id] = "absent" if verb == "absent" else action[2]
         elif verb == "cancel":
             world.record = evolve(world.record, status=RunStatus.CANCELLED.value)
@@ -409,6 +419,34 @@ def test_planner_agrees_with_the_design(
         assert state.budget.steps == oracle.steps
         assert state.budget.spent == oracle.spent
         assert state.effects == len(world.effects)
+
+
+def _settled(admitted: Admit, kind: str, now: float) -> Any:
+    """``settle`` on one tool answer of ``kind``, checked against the design: the effect
+    moves from dispatched to what happened, a committed result is digested as recorded, a
+    failure or an unknown outcome reaches the caller as its own error, a failed call is
+    refunded, and the audit event names the call it settles."""
+    raw, error = {
+        "committed": ({"ok": admitted.arguments["x"]}, None),
+        "failed": (None, RuntimeError("boom")),
+        "unknown": (None, TimeoutError("no answer")),
+    }[kind]
+    done = settle(admitted, raw, error, now, latency_ms=1.0)
+    effect = done.effect
+    assert effect.operation_key == admitted.effect.operation_key
+    assert effect.status.value == kind and done.outcome.status is effect.status
+    if kind == "committed":
+        assert done.failure is None and done.outcome.result == raw
+        assert done.result_json == canonical_json(raw)
+        assert effect.result_digest == "sha256:" + sha256_hex(canonical_json(raw))
+    else:
+        assert done.result_json is None and effect.result_digest is None
+        want = ToolFailed if kind == "failed" else OutcomeUnknown
+        assert isinstance(done.failure, want), done.failure
+    assert done.refund == (kind == "failed" and COST[admitted.tool.name] > 0)
+    assert done.event["operation_key"] == effect.operation_key
+    assert done.event["effect_status"] == kind and done.event["call_id"] == effect.call_id
+    return effect
 
 
 def _next(status: EffectStatus) -> set[EffectStatus]:
