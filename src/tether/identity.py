@@ -111,6 +111,28 @@ def authenticate(store: Store, token: str, kind: Kind | None = None) -> Identity
     return TokenAuthenticator().authenticate(store, token, kind)
 
 
+def live_credential(
+    tx: Tx, credential_id: str, name: str, kind: Kind | None = None
+) -> CredentialRecord:
+    """The credential ``credential_id`` as it stands in ``tx``: it must still exist, be
+    unrevoked, name ``name`` and be of ``kind``. Decisions call this in their own
+    transaction, so a credential revoked after it was authenticated decides nothing."""
+    record = tx.get_credential(credential_id)
+    if (
+        record is None
+        or record.revoked_at is not None
+        or record.name != name
+        or (kind is not None and record.kind != kind)
+    ):
+        raise CredentialRefused(
+            f"{name}'s credential {credential_id} is revoked or unknown, so it decides "
+            f"nothing; ask an administrator for a new one (tether {kind or 'approver'}s add "
+            "NAME --tenant T)",
+            reasons=("credential refused",),
+        )
+    return record
+
+
 def identity_of(record: CredentialRecord, *, via: str = "token") -> Identity:
     data = json.loads(record.record_json)
     kind = record.kind

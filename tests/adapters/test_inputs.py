@@ -10,7 +10,7 @@ from tests.conftest import Backend
 from tether import Gate, Policy, Principal, Registry
 from tether.adapters import inputs
 from tether.adapters.inputs import UserInputs
-from tether.errors import StoreError
+from tether.errors import RunNotFound
 
 PRINCIPAL = Principal(subject="agent", tenant="t1")
 
@@ -55,5 +55,5 @@ def test_a_run_forgotten_from_memory_is_read_from_the_store(
 
 
 def test_an_unknown_run_is_refused_at_once(backend: Backend) -> None:
-    with pytest.raises(StoreError, match="no run run-missing; start one"):
+    with pytest.raises(RunNotFound, match="no run run-missing; start one"):
         UserInputs(gate_on(backend)).note("run-missing", ["hello"])

@@ -37,6 +37,7 @@ from tether.errors import (
     RunNotFound,
 )
 from tether.gate.state import RunState, new_id
+from tether.identity import identity_of, live_credential
 from tether.policy.rules import Policy, decide
 from tether.store.base import Store, Tx
 from tether.tools.limits import argument_problems
@@ -62,6 +63,22 @@ def as_approver(approver: Identity | str) -> Identity:
             reasons=("not an approver credential",),
         )
     return approver
+
+
+def live_identity(tx: Tx, who: Identity) -> Identity:
+    """``who`` as its credential stands now, read in the deciding transaction: a credential
+    revoked (or changed) since ``who`` was authenticated decides nothing, however long a
+    process has held the ``Identity``. Trusted code that named itself has no credential to
+    re-read and stays as named."""
+    if who.credential_id is None:
+        if who.via != "code":
+            raise CredentialRefused(
+                f"{who.name} has no credential; decisions need an approver credential",
+                reasons=("no credential",),
+            )
+        return who
+    record = live_credential(tx, who.credential_id, who.name, "approver")
+    return identity_of(record, via=who.via)
 
 
 def check_identity(
@@ -139,7 +156,9 @@ def decide_approval(
             raise_after: ApprovalStateError | None = found
         else:
             raise_after = None
-            decided = _decide(tx, store, found, who, approve, now, reason, policy)
+            decided = _decide(
+                tx, store, found, live_identity(tx, who), approve, now, reason, policy
+            )
     if raise_after is not None:
         raise raise_after
     if approve:
@@ -226,7 +245,8 @@ def edit_approval(
         if isinstance(found, ApprovalStateError):
             raise_after = found
         else:
-            return _edit(tx, store, Edit(registry, policy, who, arguments, reason), found, now)
+            edit = Edit(registry, policy, live_identity(tx, who), arguments, reason)
+            return _edit(tx, store, edit, found, now)
     raise raise_after
 
 

@@ -20,6 +20,7 @@ from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.lifecycle import RunStatus
 from tether.errors import RunNotFound, RunStateError
 from tether.gate.desk import approval_audit
+from tether.identity import live_credential
 from tether.runs.log import append
 from tether.store import Store
 from tether.store.rows import RunRecord
@@ -61,6 +62,8 @@ def cancel(
     with store.transaction() as tx:
         # Locked where the backend has row locks, so a worker claiming it queues behind us
         # and then sees a finished run.
+        if credential is not None:  # who cancels is checked as of now, not as of sign-in
+            live_credential(tx, credential, actor)
         record = tx.lock_run(run_id)
         if record is None:
             raise RunNotFound(f"no run {run_id}; see `tether runs list`")
