@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tether.core.approvals import Approval, CallBinding
 from tether.core.ledger import Effect, EffectStatus, operation_key
-from tether.store.base import RunRecord, Tx
+from tether.store.base import Tx
+from tether.store.rows import RunRecord
 from tether.store.sqlite import SQLiteStore
 
 

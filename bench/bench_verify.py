@@ -39,7 +39,7 @@ from typing import Any
 
 from tether.core.ledger import Effect, EffectStatus
 from tether.store import open_store
-from tether.store.base import RunRecord
+from tether.store.rows import RunRecord
 
 CALLS_PER_TX = 5_000
 FIXED_ROWS = 1_000
