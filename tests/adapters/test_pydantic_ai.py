@@ -273,18 +273,19 @@ def test_a_resume_before_the_decision_waits_again_under_the_same_approval(world:
     assert world.ran == {}
 
 
-def test_an_expired_approval_is_asked_again_and_the_old_one_grants_nothing(world: World) -> None:
+def test_an_expired_approval_is_told_to_the_model_and_never_asked_again(world: World) -> None:
     requests, history = world.start("refund")
     world.now += 601
-    again = world.resume(history, world.agent()[1].results(requests))
-    assert isinstance(again, DeferredToolRequests)
-    assert approval_of(again) != approval_of(requests)
-    expired = world.gate().store.read()
-    with expired as tx:
+    # Nobody decided in time: the model reads that the call expired and did not run; it is
+    # not asked again behind the model's back.
+    told = world.resume(history, world.agent()[1].results(requests))
+    assert not isinstance(told, DeferredToolRequests)
+    assert "expired before anyone decided" in str(told)
+    with world.gate().store.read() as tx:
         old = tx.get_approval(approval_of(requests))
+        latest = tx.find_approval(old.run_id, "call-r") if old is not None else None
     assert old is not None and old.status is ApprovalStatus.EXPIRED
-    with pytest.raises(ResumeRefused, match="pending"):
-        world.resume(history, DeferredToolResults(approvals={"call-r": True}))
+    assert latest is not None and latest.approval_id == old.approval_id
     assert world.ran == {}
 
 

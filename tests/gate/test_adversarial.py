@@ -413,15 +413,21 @@ def test_expired_grant_does_not_dispatch(env: Env) -> None:
     assert_refused_cleanly(env, run, "c1", audited="call_denied")
 
 
-def test_expired_request_is_asked_again_not_run(env: Env) -> None:
+def test_an_expired_request_is_refused_not_run_and_not_asked_again(env: Env) -> None:
+    # Nobody decided in time: the call is refused as expired (the model is told), never run,
+    # and never re-asked behind the model's back; a new call asks afresh.
     run = env.run()
     first = env.request(run, "c1", "transfer", account_id="acc-1", amount=10)
     env.now[0] += TTL + 1
-    second = env.request(run, "c1", "transfer", account_id="acc-1", amount=10)
-    assert second != first
+    with pytest.raises(ApprovalExpired, match="expired before anyone decided"):
+        env.call(run, "c1", "transfer", account_id="acc-1", amount=10)
+    with pytest.raises(ApprovalExpired):  # and so it stays, however often it is proposed
+        env.call(run, "c1", "transfer", account_id="acc-1", amount=10)
     assert get_approval(env.store, first).status is ApprovalStatus.EXPIRED
+    assert_refused_cleanly(env, run, "c1", audited="call_denied")
+    second = env.request(run, "c2", "transfer", account_id="acc-1", amount=10)
+    assert second != first
     assert get_approval(env.store, second).status is ApprovalStatus.PENDING
-    assert_refused_cleanly(env, run, "c1", audited="approval_requested")
 
 
 # -- who may approve -------------------------------------------------------------------------------

@@ -214,11 +214,13 @@ class Oracle:
             return "ask:new"
         _, gx, status, expires, approver, sealed = found
         if status == "pending":
-            if now > expires or gx != x:
-                return "ask:new"
+            if gx != x:
+                return "ask:new"  # the old request can never be used: closed, and a new one
+            if now > expires:
+                return "refuse:expired"  # nobody decided in time: told, never re-asked
             return "ask:same"
         if status == "expired":
-            return "ask:new"
+            return "refuse:expired" if gx == x else "ask:new"
         if status == "denied":
             return "refuse:denied"
         # approved (a real decision or a forgery)
@@ -279,6 +281,8 @@ def _kind(plan: Plan) -> str:
     ):
         if isinstance(error, cls):
             return f"refuse:{name}"
+    if isinstance(error, ApprovalInvalid) and "before anyone decided" in str(error):
+        return "refuse:expired"
     if isinstance(error, ApprovalInvalid) and "seal" in str(error):
         return "refuse:forged"
     if isinstance(error, Denied):
@@ -345,6 +349,9 @@ def test_planner_agrees_with_the_design(
                 if expected == "admit:granted":
                     gid, gx, _, exp, who, sealed = oracle.grant[call_id]
                     oracle.grant[call_id] = (gid, gx, "used", exp, who, sealed)
+            if expected == "refuse:expired":
+                gid, gx, _, exp, who, sealed = oracle.grant[call_id]
+                oracle.grant[call_id] = (gid, gx, "expired", exp, who, sealed)
             if expected.startswith("ask"):
                 assert isinstance(plan, Ask)
                 approval = world.approvals[call_id]

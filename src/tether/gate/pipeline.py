@@ -43,6 +43,7 @@ from tether.errors import (
 )
 from tether.gate.desk import decide_approval, edit_approval, latest_approval
 from tether.gate.dispatch import ainvoke, invoke, loop_running
+from tether.gate.edits import edit_note, edited_call, is_the_requested_call
 from tether.gate.notify import notification_for
 from tether.gate.plan import (
     Admit,
@@ -354,6 +355,21 @@ class Gate:
         """The planner's verdict on ``call`` from one read of the run, and the run's
         provenance index when the policy has flow rules (the one place both are made)."""
         view = tx.call_view(run_id, call.call_id)
+        note = ""
+        original = view.approval
+        if (
+            original is not None
+            and original.status is ApprovalStatus.EDITED
+            and view.effect is None
+            and view.run is not None
+        ):
+            edited = tx.get_approval(original.replaced_by or "")
+            state = RunState.load(view.run)
+            if edited is not None and is_the_requested_call(original, call, state, self.registry):
+                # The approver's edit answers this call: the edited one is judged and runs.
+                note = edit_note(original, edited, self.registry)
+                call = edited_call(edited)
+                view = tx.call_view(run_id, call.call_id)
         index = None
         if self._flow is not None and view.run is not None:
             index = self._index_in(tx, run_id, view.effect_count)
@@ -368,6 +384,10 @@ class Gate:
             mint=new_id,
             provenance=index,
         )
+        if note and isinstance(plan, Admit):
+            plan = replace(plan, note=note)
+        elif note and isinstance(plan, Replay) and plan.outcome is not None:
+            plan = replace(plan, outcome=replace(plan.outcome, text=note + plan.outcome.text))
         return plan, index
 
     def _marked(self, outcome: Outcome, call_id: str, tool_name: str) -> Outcome:

@@ -48,6 +48,7 @@ from tether.core.screening import redact, screen_arguments, screen_result, scrub
 from tether.core.verdicts import Verdict
 from tether.errors import (
     ApprovalDenied,
+    ApprovalExpired,
     ApprovalInvalid,
     ApprovalRequired,
     Denied,
@@ -169,6 +170,7 @@ class Admit:
     counts_bytes: bool
     secrets: tuple[str, ...]
     writes: tuple[Write, ...]
+    note: str = ""  # what the model reads above the result (an approver's edit)
 
 
 Plan = Refuse | Replay | Ask | Admit
@@ -479,6 +481,19 @@ def _grant(
         # The same call id now carries other arguments: the old request can never be used,
         # so close it rather than leave it pending for someone to decide.
         found = expire(found)
+    if (
+        found is not None
+        and found.status is ApprovalStatus.EXPIRED
+        and found.decided_at is None
+        and found.call_digest == binding.call_digest
+    ):
+        # Nobody decided this very call in time. It is not asked again behind the model's
+        # back: the model is told, and proposes it again (a new call) if it still wants it.
+        expired = ApprovalExpired(
+            f"approval {found.approval_id} for '{binding.tool}' expired before anyone decided "
+            "it; the call did not run (propose it again, as a new call, to ask again)"
+        )
+        return refuse("call_denied", expired, *writes, approval_id=found.approval_id)
     approvers = policy.approvers_for(binding.tool)
     if found is None or found.status is ApprovalStatus.EXPIRED:
         if not approvers:

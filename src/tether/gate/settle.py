@@ -103,7 +103,7 @@ def settle(
         operation_key=effect.operation_key,
         status=target,
         result=value,
-        text=screened.text,
+        text=admitted.note + screened.text,
         replayed=False,
         policy_decision=admitted.label,
         external_reference=reference,
