@@ -26,7 +26,6 @@ from tether.cli.shared import (
     parse_scopes,
     token_file_option,
 )
-from tether.errors import RunNotFound
 
 if TYPE_CHECKING:
     from tether.core.principal import Principal
@@ -381,7 +380,8 @@ def runs_list(db: str, as_json: bool, status: str | None) -> None:
 )
 def runs_show(db: str, as_json: bool, run_id: str, follow: bool) -> None:
     """Show a run: its status, steps and what it waits for."""
-    from tether.runs.runner import load_result
+    from tether.errors import RunNotFound
+    from tether.runs.log import load_result
 
     with look(db) as store:
         with store.read() as tx:
@@ -461,6 +461,7 @@ def runs_cancel(
     Cancelling ends a run nobody can restart and answers its pending approvals for the
     approvers, so it takes an approver's credential (allowed for the run's tenant), like
     deciding one of them."""
+    from tether.errors import RunNotFound
     from tether.identity import require_token
     from tether.runs.cancel import cancel
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import click
 
 from tether.cli.common import open_cli_store
-from tether.errors import RunNotFound
 
 if TYPE_CHECKING:
     from tether.core.principal import Identity
@@ -142,7 +141,7 @@ APP_OPTION = click.option(
 
 
 def app_for_run(store: Store, run_id: str, app_ref: str | None) -> tuple[App, str]:
-    from tether.errors import ConfigurationError
+    from tether.errors import ConfigurationError, RunNotFound
     from tether.runs.app import load_app
 
     with store.read() as tx:
