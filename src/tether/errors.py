@@ -28,6 +28,7 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     │   └── RunNotFound             no run with that id (also a NotFound)
     ├── NotFound                    no effect, approval or credential with that id (a LookupError)
     ├── RunConflict                 another worker holds the run's lease
+    │   └── CallInFlight            another resume is running this very call right now
     ├── OperationConflict           a call already recorded, proposed again changed
     ├── InvalidTransition           an effect state change the state machine forbids
     ├── ToolFailed                  the tool raised; the effect is recorded as failed
@@ -197,6 +198,22 @@ class RunNotFound(NotFound, RunStateError):
 
 class RunConflict(TetherError):
     """Another worker is driving the run; exactly one may."""
+
+
+class CallInFlight(RunConflict):
+    """The call was dispatched and has no recorded outcome yet because another resume in
+    this process is running it right now. It is never sent twice; wait for that one's
+    answer. (A dispatched call sent by another process is ``OutcomeUnknown``: its sender may
+    have died, which only reconciliation can tell.)"""
+
+    def __init__(self, tool: str, operation_key: str) -> None:
+        super().__init__(
+            f"'{tool}' ({operation_key}) is in flight: another resume is running it and "
+            "its outcome is not recorded yet, so it is not sent again — wait for that "
+            "resume's answer"
+        )
+        self.tool = tool
+        self.operation_key = operation_key
 
 
 class OperationConflict(TetherError):

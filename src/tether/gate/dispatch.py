@@ -4,15 +4,42 @@ the gate can stop waiting for a tool, not stop the tool)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import concurrent.futures
 
     from tether.tools.registry import Tool
+
+# The operation keys this process is running a tool for right now. A ``dispatched`` effect
+# whose key is here is in flight (another resume in this process has it), not of unknown
+# outcome; one from another process cannot be told from a sender that died, so it stays
+# "unknown" until it is reconciled.
+_running: set[str] = set()
+_running_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def running(operation_key: str) -> Iterator[None]:
+    """Mark ``operation_key`` as in flight in this process while its tool runs."""
+    with _running_lock:
+        _running.add(operation_key)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(operation_key)
+
+
+def in_flight(operation_key: str) -> bool:
+    with _running_lock:
+        return operation_key in _running
+
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 

@@ -34,6 +34,7 @@ from tether.crash import crash_point
 from tether.errors import (
     ApprovalRequired,
     ApprovalStateError,
+    CallInFlight,
     ConfigurationError,
     InternalError,
     OutcomeUnknown,
@@ -42,7 +43,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.gate.desk import decide_approval, edit_approval, latest_approval
-from tether.gate.dispatch import ainvoke, invoke, loop_running
+from tether.gate.dispatch import ainvoke, in_flight, invoke, loop_running, running
 from tether.gate.edits import edit_note, edited_call, is_the_requested_call
 from tether.gate.notify import notification_for
 from tether.gate.plan import (
@@ -274,7 +275,8 @@ class Gate:
         raw: Any = None
         error: BaseException | None = None
         try:
-            raw = invoke(plan.tool, plan.arguments, plan.effect.operation_key)
+            with running(plan.effect.operation_key):
+                raw = invoke(plan.tool, plan.arguments, plan.effect.operation_key)
         except Exception as e:
             error = e
         return self._settle(plan, started, index, raw, error)
@@ -306,7 +308,8 @@ class Gate:
         raw: Any = None
         error: BaseException | None = None
         try:
-            raw = await ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
+            with running(plan.effect.operation_key):
+                raw = await ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
         except asyncio.CancelledError as e:
             # Recorded as unknown; the caller asked for the cancellation, so that goes on.
             with contextlib.suppress(OutcomeUnknown):
@@ -341,6 +344,10 @@ class Gate:
                 index.effects += 1
             return plan, index
         if isinstance(plan, Replay):
+            effect = plan.effect
+            if effect.status is EffectStatus.DISPATCHED and in_flight(effect.operation_key):
+                # Another resume in this process is running it: not unknown, just not done.
+                raise CallInFlight(effect.tool_name, effect.operation_key)
             if plan.error is not None:
                 raise plan.error
             assert plan.outcome is not None
