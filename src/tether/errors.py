@@ -51,11 +51,16 @@ wait for a human) are kept apart from failures: they are not errors, and code th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class TetherError(Exception):
     """Root of every failure tether raises."""
+
+    #: Whether the agent's model reads this refusal as the call's result (and may try
+    #: something else), rather than the run stopping for the code that drives it. Every
+    #: entrance asks this, so one refusal means one thing everywhere (``tether.gate.answer``).
+    model_reads: ClassVar[bool] = False
 
 
 class ConfigurationError(TetherError):
@@ -64,6 +69,8 @@ class ConfigurationError(TetherError):
 
 class Denied(TetherError, PermissionError):
     """The gate refused to run a call."""
+
+    model_reads = True
 
     def __init__(self, message: str, *, reasons: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -74,9 +81,13 @@ class CredentialRefused(Denied):
     """A credential that is unknown, revoked, malformed or of the wrong kind. The message is
     the same in every case, so a refusal says nothing about who is registered."""
 
+    model_reads = False
+
 
 class CredentialMissing(Denied):
     """An action that needs a credential was asked for without one."""
+
+    model_reads = False
 
 
 class IdentityError(ConfigurationError):
@@ -157,6 +168,8 @@ class ApproverNotAuthorized(ApprovalInvalid):
 class InvalidArguments(TetherError, ValueError):
     """Arguments that break the tool's JSON Schema; ``problems`` lists each one."""
 
+    model_reads = True
+
     def __init__(self, tool: str, problems: list[str]) -> None:
         super().__init__(f"arguments for '{tool}' do not match its schema: {'; '.join(problems)}")
         self.tool = tool
@@ -165,6 +178,8 @@ class InvalidArguments(TetherError, ValueError):
 
 class BudgetExceeded(TetherError):
     """A step, cost or byte budget would go negative; the message gives the numbers."""
+
+    model_reads = True
 
     def __init__(self, kind: str, action: str, need: int, remaining: int) -> None:
         super().__init__(
@@ -220,6 +235,8 @@ class OperationConflict(TetherError):
     """A call already recorded, proposed again with something changed (tool, version,
     schema or arguments): never dispatched again, never a replay of the other call."""
 
+    model_reads = True
+
     def __init__(self, operation_key: str, changes: tuple[str, ...] = ("arguments",)) -> None:
         super().__init__(
             f"this call was already recorded as {operation_key}, and now its "
@@ -240,6 +257,8 @@ class InvalidTransition(TetherError):
 
 class ToolFailed(TetherError):
     """The tool raised; the effect is recorded as failed."""
+
+    model_reads = True
 
     def __init__(
         self, tool: str, operation_key: str, cause: BaseException, *, detail: str | None = None

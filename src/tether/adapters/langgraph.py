@@ -67,19 +67,15 @@ from tether.core.screening import redact, screen_arguments, scrub, secret_values
 from tether.errors import (
     AlreadyExists,
     ApprovalDenied,
-    ApprovalRequired,
     ApprovalStateError,
-    BudgetExceeded,
     ConfigurationError,
     Denied,
     InternalError,
     InvalidArguments,
-    OperationConflict,
-    OutcomeUnknown,
     StaleState,
     StoreError,
-    ToolFailed,
 )
+from tether.gate.answer import Refused, Unsettled, Waiting, answer
 from tether.gate.desk import as_approver, check_identity
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
@@ -97,9 +93,6 @@ __all__ = [
 ]
 
 RUN_PREFIX = "langgraph-"
-# The errors a call's refusal raises that the model should read (and may recover from); an
-# unknown outcome is not among them: the graph stops until the effect is settled.
-_REFUSALS = (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed)
 
 
 def run_id_for(thread_id: str) -> str:
@@ -260,30 +253,12 @@ class Governor:
         return chain
 
     def _call(self, run_id: str, proposed: _Proposed) -> ToolMessage | None:
-        """The call's answer through the gate, or None while it waits for a decision."""
-        chain = self._approvals(run_id, proposed.call_id)
+        """The call's answer through the gate, or None while it waits for a decision. The
+        gate decides (an edit followed, an expiry refused, a denial's reason); this only
+        maps its answer onto a ``ToolMessage``, a pause, or a stopped graph."""
         call = ToolCall(call_id=proposed.call_id, tool=proposed.tool, arguments=proposed.arguments)
-        note = ""
-        if chain and chain[0].status is ApprovalStatus.EDITED:
-            edited = chain[-1]
-            # The approver's edit is a new proposal with its own call id and digest.
-            call = ToolCall(
-                call_id=edited.call_id, tool=proposed.tool, arguments=dict(edited.arguments)
-            )
-            shown, _ = redact(dict(edited.arguments), edited.sensitive_fields)
-            note = (
-                f"[arguments edited by {edited.approver} (approval {chain[0].approval_id} "
-                f"replaced by {edited.approval_id}): {shown}]\n"
-            )
-        if chain and chain[-1].status is ApprovalStatus.EXPIRED:
-            # As tether's own runs do: an expired request is not asked again behind the
-            # model's back; the model may propose the call again.
-            return _error(
-                proposed,
-                f"approval {chain[-1].approval_id} for '{proposed.tool}' expired before anyone "
-                "decided it; the call did not run (propose it again to ask again)",
-            )
         shown = self._shown_call(call)
+        chain = self._approvals(run_id, proposed.call_id)
         if chain and chain[-1].status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
             # Written before the call is made: a process dying mid-call keeps the grant's step.
             granted = chain[-1]
@@ -291,26 +266,24 @@ class Governor:
                 run_id,
                 ("approval_granted", f"{shown} by {granted.approver} ({granted.approval_id})"),
             )
-        try:
-            outcome = self.gate.call(run_id, call)
-        except ApprovalRequired as signal:
-            self._note(run_id, ("approval_required", f"{shown}: {signal.approval_id}"))
+        got = answer(lambda: self.gate.call(run_id, call))
+        if isinstance(got, Waiting):
+            self._note(run_id, ("approval_required", f"{shown}: {got.approval_id}"))
             return None
-        except ApprovalDenied as e:
-            self._note(run_id, ("approval_denied", f"{shown}: {e}"))
-            return _error(proposed, str(e))
-        except _REFUSALS as e:
-            self._note(run_id, ("tool_error", f"{shown}: {self._scrub(call, str(e))}"))
-            return _error(proposed, str(e))
-        except OutcomeUnknown as e:
+        if isinstance(got, Refused):
+            kind = "approval_denied" if isinstance(got.error, ApprovalDenied) else "tool_error"
+            self._note(run_id, (kind, f"{shown}: {self._scrub(call, got.text)}"))
+            return _error(proposed, got.text)
+        if isinstance(got, Unsettled):
             # Never guessed: the graph stops until the effect is settled
             # (`tether effects resolve`), then a resume replays what was decided.
-            self._note(run_id, ("outcome_unknown", f"{shown}: {e}"))
-            raise
+            self._note(run_id, ("outcome_unknown", f"{shown}: {got.error}"))
+            raise got.error
+        outcome = got.outcome
         result = self._scrub(call, outcome.text)
         self._note(run_id, ("tool_call", f"{shown} -> {result} [{outcome.operation_key}]"))
         return ToolMessage(
-            content=note + outcome.text,
+            content=outcome.text,
             tool_call_id=proposed.call_id,
             name=proposed.tool,
             artifact={"operation_key": outcome.operation_key, "replayed": outcome.replayed},

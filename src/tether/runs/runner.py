@@ -37,21 +37,17 @@ from tether.core.principal import Principal
 from tether.crash import crash_point
 from tether.errors import (
     ApprovalDenied,
-    ApprovalRequired,
-    BudgetExceeded,
-    Denied,
+    ApprovalExpired,
     IntegrityError,
-    InvalidArguments,
     ModelError,
-    OperationConflict,
-    OutcomeUnknown,
     RunConflict,
     RunNotFound,
     RunStateError,
     StaleState,
     StoreError,
-    ToolFailed,
 )
+from tether.gate import answer as gate_answer
+from tether.gate.answer import answer
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message, Model, ModelToolCall
@@ -398,66 +394,70 @@ class Runner:
             return Answered(tool_error(tc, "invalid_arguments", message=tc.parse_error))
         call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
         shown = Shown(self.gate, tc.name, tc.arguments)
-        note = ""
         approval = self.gate.approval_for(run_id, tc.id)
         if approval is not None and approval.status is ApprovalStatus.EDITED:
-            edited = self._edited(approval)
-            call = ToolCall(call_id=edited.call_id, tool=tc.name, arguments=dict(edited.arguments))
-            shown = Shown(self.gate, tc.name, edited.arguments)
-            replaced = f"approval {approval.approval_id} replaced by {edited.approval_id}"
-            note = f"[arguments edited by {edited.approver} ({replaced}): {shown.arguments}]\n"
-            self._note_once(
-                run_id,
-                (
-                    "approval_edited",
-                    f"{tc.name}: {replaced} by {edited.approver}: {shown.arguments}",
-                ),
-                key=approval.approval_id,
-                turn=turn,
-            )
-            approval = edited
-        if approval is not None:
-            if approval.status is ApprovalStatus.PENDING:
-                return Waiting(approval.approval_id)
-            if approval.status is ApprovalStatus.EXPIRED:
-                steps.append(("approval_expired", tc.name))
-                return Answered(
-                    tool_error(tc, "approval_expired", approval_id=approval.approval_id)
-                )
-            if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.USED):
-                # Written before the call is made, in its own transaction: a worker dying
-                # mid-call must not take the record of the grant with it.
+            # The gate follows the edit; the run's steps say who changed what.
+            with self.store.read() as tx:
+                edited = tx.get_approval(approval.replaced_by or "")
+            if edited is not None:
+                replaced = f"approval {approval.approval_id} replaced by {edited.approval_id}"
+                arguments = Shown(self.gate, tc.name, edited.arguments).arguments
                 self._note_once(
                     run_id,
-                    ("approval_granted", f"{tc.name} by {approval.approver}"),
+                    ("approval_edited", f"{tc.name}: {replaced} by {edited.approver}: {arguments}"),
                     key=approval.approval_id,
                     turn=turn,
                 )
-        try:
-            try:
-                outcome = self.gate.call(run_id, call)
-            except ApprovalRequired as signal:
-                steps.append(("approval_required", f"{tc.name}({shown.arguments})"))
-                if self.approver is None:
-                    return Waiting(signal.approval_id)
-                self._decide_inline(signal.approval_id, tc, steps)
-                outcome = self.gate.call(run_id, call)
-        except ApprovalDenied as e:
-            steps.append(("approval_denied", tc.name + (f": {e.reason}" if e.reason else "")))
-            return Answered(tool_error(tc, "approval_denied", reason=e.reason))
-        except (Denied, InvalidArguments, BudgetExceeded, OperationConflict, ToolFailed) as e:
+                approval = edited
+        if approval is not None and approval.status is ApprovalStatus.PENDING:
+            return Waiting(approval.approval_id)  # nothing new to ask the gate yet
+        if approval is not None and approval.status in (
+            ApprovalStatus.APPROVED,
+            ApprovalStatus.USED,
+        ):
+            # Written before the call is made, in its own transaction: a worker dying
+            # mid-call must not take the record of the grant with it.
+            self._note_once(
+                run_id,
+                ("approval_granted", f"{tc.name} by {approval.approver}"),
+                key=approval.approval_id,
+                turn=turn,
+            )
+        # The gate decides (an edit followed, an expiry refused, a denial's reason); the
+        # loop only turns its answer into a tool message, a pause or a stop.
+        got = answer(lambda: self.gate.call(run_id, call))
+        if isinstance(got, gate_answer.Waiting):
+            steps.append(("approval_required", f"{tc.name}({shown.arguments})"))
+            if self.approver is None:
+                return Waiting(got.approval_id)
+            self._decide_inline(got.approval_id, tc, steps)
+            got = answer(lambda: self.gate.call(run_id, call))
+            if isinstance(got, gate_answer.Waiting):
+                return Waiting(got.approval_id)
+        if isinstance(got, gate_answer.Refused):
+            error = got.error
+            if isinstance(error, ApprovalDenied):
+                steps.append(
+                    ("approval_denied", tc.name + (f": {error.reason}" if error.reason else ""))
+                )
+                return Answered(tool_error(tc, "approval_denied", reason=error.reason))
             # Error messages quote what they reject, secrets included: scrub before they are
             # stored as a step or shown to the model.
-            message = shown.scrub(str(e))
+            message = shown.scrub(got.text)
+            if isinstance(error, ApprovalExpired):
+                steps.append(("approval_expired", tc.name))
+                expired = approval.approval_id if approval is not None else None
+                return Answered(tool_error(tc, "approval_expired", approval_id=expired))
             steps.append(("tool_error", f"{tc.name}: {message}"))
-            return Answered(tool_error(tc, type(e).__name__, message=message))
-        except OutcomeUnknown as e:
+            return Answered(tool_error(tc, type(error).__name__, message=message))
+        if isinstance(got, gate_answer.Unsettled):
             # Never guessed, never retried here: the run stops until the effect is settled
             # (by reconciliation once this call's worker is gone, or by a human).
-            steps.append(("outcome_unknown", f"{tc.name}: {e}"))
-            return Unsettled(e.operation_key)
+            steps.append(("outcome_unknown", f"{tc.name}: {got.error}"))
+            return Unsettled(got.operation_key)
+        outcome = got.outcome
         steps.append(("tool_call", f"{tc.name}({shown.arguments}) -> {outcome.text}"))
-        return Answered(Message(role="tool", content=note + outcome.text, tool_call_id=tc.id))
+        return Answered(Message(role="tool", content=outcome.text, tool_call_id=tc.id))
 
     def _decide_inline(self, approval_id: str, tc: ModelToolCall, steps: list[StepText]) -> None:
         assert self.approver is not None and self.approver_id is not None
@@ -469,15 +469,6 @@ class Runner:
             steps.append(("approval_granted", f"{tc.name} by {self.approver_id}"))
         else:
             self.gate.deny(approval_id, self.approver_id)
-
-    def _edited(self, approval: Approval) -> Approval:
-        with self.store.read() as tx:
-            edited = tx.get_approval(approval.replaced_by or "")
-        if edited is None:
-            raise RunStateError(
-                f"approval {approval.approval_id} was edited but its edit is missing"
-            )
-        return edited
 
     # -- persistence -------------------------------------------------------------------------
     def _record(
