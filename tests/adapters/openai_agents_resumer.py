@@ -21,6 +21,7 @@ from agents.tracing import set_tracing_disabled
 
 from tether import Gate, Policy, Principal, Registry
 from tether.adapters.openai_agents import govern, register
+from tether.errors import CallInFlight, OutcomeUnknown
 from tether.store import SQLiteStore
 
 set_tracing_disabled(True)  # offline: no trace export
@@ -73,7 +74,14 @@ def main(url: str, state_file: str, barrier: str, name: str, witness: str) -> No
             raise SystemExit("the sibling resumer never arrived")
         time.sleep(0.005)
     # No approver: the grant is tether's, made before either process started.
-    finished = asyncio.run(governed.resume(state_text))
+    try:
+        finished = asyncio.run(governed.resume(state_text))
+    except (OutcomeUnknown, CallInFlight) as e:
+        # The sibling has the call: this resume stops, as tether's own runs do, rather than
+        # telling its model anything about a call whose outcome is not recorded yet.
+        store.close()
+        print(json.dumps({"told": {}, "stopped": type(e).__name__}, sort_keys=True))
+        return
     last = model.last_call
     items = last.input if last is not None and isinstance(last.input, list) else []
     told = {

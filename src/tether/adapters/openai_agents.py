@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.adapters.inputs import UserInputs
@@ -67,18 +67,13 @@ from tether.core.ledger import operation_key
 from tether.core.principal import Identity, Principal
 from tether.errors import (
     AlreadyExists,
-    ApprovalRequired,
     ApprovalStateError,
-    BudgetExceeded,
     ConfigurationError,
     CredentialRefused,
-    Denied,
-    InvalidArguments,
-    OperationConflict,
-    OutcomeUnknown,
     RunStateError,
-    ToolFailed,
+    TetherError,
 )
+from tether.gate.answer import Refused, Unsettled, Waiting, answer
 from tether.gate.pipeline import Gate, ToolCall
 from tether.tools.tenancy import fill_tenant
 
@@ -141,19 +136,6 @@ def user_texts(input: Any) -> list[str]:
                     if isinstance(text, str):
                         texts.append(text)
     return [t for t in texts if t]
-
-
-# What reaches the model instead of a result; anything else (a store or integrity error, a
-# bug) stops the run, as it would in tether's own runner.
-_REFUSALS = (
-    Denied,
-    InvalidArguments,
-    OperationConflict,
-    BudgetExceeded,
-    RunStateError,
-    ToolFailed,
-    OutcomeUnknown,
-)
 
 
 class Governed:
@@ -270,17 +252,21 @@ class Governed:
             key = operation_key(run_id, call.call_id, name, manifest.version)
             ACTIVE[key] = Invocation(name, original, context, asyncio.get_running_loop())
             try:
-                outcome = await asyncio.to_thread(gate.call, run_id, call)
-            except ApprovalRequired as e:
-                # The client's state said "approved" but tether holds no grant for this call.
-                return (
-                    f"tether refused {name}: this call is not approved in tether ({e}); nothing ran"
-                )
-            except _REFUSALS as e:
-                return f"tether refused {name}: {e}"
+                got = await asyncio.to_thread(answer, lambda: gate.call(run_id, call))
             finally:
                 ACTIVE.pop(key, None)
-            return outcome.result if note is None else f"{note}\n{outcome.result}"
+            if isinstance(got, Waiting):
+                # The client's state said "approved" but tether holds no grant for this call.
+                return (
+                    f"tether refused {name}: this call is not approved in tether "
+                    f"({got.signal}); nothing ran"
+                )
+            if isinstance(got, Refused):
+                return f"tether refused {name}: {got.text}"
+            if isinstance(got, Unsettled):
+                raise got.error  # never guessed: the run stops until the effect is settled
+            result = got.outcome.result
+            return result if note is None else f"{note}\n{result}"
 
         invoke.__tether_original__ = original  # type: ignore[attr-defined]
         return dataclasses.replace(tool, on_invoke_tool=invoke, needs_approval=needs_approval)
@@ -289,13 +275,16 @@ class Governed:
         """``Runner.run(agent, input, **kwargs)`` with the governed agent."""
         from agents import Runner
 
-        return await Runner.run(self._agent(), input, **kwargs)
+        return await _unwrapped(Runner.run(self._agent(), input, **kwargs))
 
     def run_sync(self, input: Any, **kwargs: Any) -> RunResult:
         """``Runner.run_sync(agent, input, **kwargs)`` with the governed agent."""
         from agents import Runner
 
-        return Runner.run_sync(self._agent(), input, **kwargs)
+        try:
+            return Runner.run_sync(self._agent(), input, **kwargs)
+        except Exception as e:
+            raise _tether_cause(e) from e.__cause__
 
     async def resume(
         self,
@@ -324,7 +313,7 @@ class Governed:
         staged = user_texts(loaded.pending_input)
         if staged:
             await asyncio.to_thread(self._inputs.note, self.run_id, staged)
-        return await Runner.run(agent, loaded, **kwargs)
+        return await _unwrapped(Runner.run(agent, loaded, **kwargs))
 
     def _check_every_call_decided(self, state: RunState[Any, Any]) -> None:
         """A state that decides some pending calls but leaves another one undecided (and
@@ -353,31 +342,18 @@ class Governed:
                 )
 
     def _take_tether_decisions(self, state: RunState[Any, Any]) -> None:
-        """Mark in ``state`` what tether decided for calls the client left undecided: the
-        SDK keeps an undecided call interrupted and never runs its body, so a grant made with
-        `tether approvals approve` (or a denial) would otherwise never be seen. Marking it
-        approved only lets the body — the gate — run, which checks the grant itself."""
+        """Let the gate answer every call the client left undecided once tether holds more
+        than a pending request for it: the SDK keeps an undecided call interrupted and never
+        runs its body, so a grant made with `tether approvals approve`, a denial, an expiry
+        or a cancelled run would otherwise never be seen. Marking it approved in the SDK
+        only lets the body — the gate — run; the gate says what the call's answer is (it
+        runs under its grant, or the model reads why not), and audits it."""
         for item in state.get_interruptions():
             if _client_decision(state, item) is not None:
                 continue
             approval = self.gate.approval_for(self.run_id, item.call_id or "")
-            if approval is None:
-                continue
-            if approval.status in (
-                ApprovalStatus.APPROVED,
-                ApprovalStatus.USED,
-                ApprovalStatus.EDITED,  # the body runs the edited call, under its own grant
-            ):
-                state.approve(item)  # a used grant: the gate replays the recorded outcome
-            elif approval.status is ApprovalStatus.DENIED:
-                why = f": {approval.reason}" if approval.reason else ""
-                state.reject(
-                    item,
-                    rejection_message=(
-                        f"tether: approval {approval.approval_id} for {approval.tool} was "
-                        f"denied by {approval.approver}{why}"
-                    ),
-                )
+            if approval is not None and approval.status is not ApprovalStatus.PENDING:
+                state.approve(item)
 
     # -- approvals -------------------------------------------------------------------------------
     def pending(self, interrupted: RunResult | RunState[Any, Any]) -> list[Approval]:
@@ -467,6 +443,21 @@ def govern(
     return Governed(
         agent_or_tools, gate, principal=principal, conversation=conversation, budget=budget
     )
+
+
+def _tether_cause(error: Exception) -> Exception:
+    """The tether error a tool body raised, if the SDK wrapped it (``UserError("Error
+    running tool ...")``): the caller gets tether's own answer — an unsettled effect, a call
+    in flight, a cancelled run — not the SDK's wrapper around it."""
+    cause = error.__cause__
+    return cause if isinstance(cause, TetherError) and not cause.model_reads else error
+
+
+async def _unwrapped(running: Awaitable[RunResult]) -> RunResult:
+    try:
+        return await running
+    except Exception as e:
+        raise _tether_cause(e) from e.__cause__
 
 
 def _client_decision(state: RunState[Any, Any], item: ToolApprovalItem) -> bool | None:
