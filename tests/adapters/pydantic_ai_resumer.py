@@ -21,6 +21,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from tether import Gate, Policy, Principal, Registry, Risk, SQLiteStore
 from tether.adapters.pydantic_ai import Tether
+from tether.errors import CallInFlight, OutcomeUnknown
 
 
 def main(url: str, history: str, barrier: str, name: str, witness: str) -> None:
@@ -60,7 +61,12 @@ def main(url: str, history: str, barrier: str, name: str, witness: str) -> None:
             raise SystemExit("the sibling resumer never arrived")
         time.sleep(0.005)
     results = DeferredToolResults(approvals={"call-r": True})
-    out = agent.run_sync(message_history=messages, deferred_tool_results=results).output
+    try:
+        out = agent.run_sync(message_history=messages, deferred_tool_results=results).output
+    except (OutcomeUnknown, CallInFlight) as e:
+        # The sibling has the call: this resume stops (its model told nothing), as tether's
+        # own runs do for a call whose outcome is not recorded yet.
+        out = json.dumps({"call-r": ["stopped", type(e).__name__]})
     print(out)
     store.close()
 

@@ -83,15 +83,17 @@ from tether.core.principal import Principal
 from tether.core.screening import redact
 from tether.errors import (
     ApprovalDenied,
+    ApprovalExpired,
     ApprovalInvalid,
     ConfigurationError,
     Denied,
     InvalidArguments,
-    OutcomeUnknown,
     RunStateError,
+    TetherError,
 )
 from tether.errors import ApprovalRequired as WaitForApproval
 from tether.errors import ToolFailed as TetherToolFailed
+from tether.gate.answer import Refused, Unsettled, Waiting, answer
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.tools.registry import Registry
@@ -210,31 +212,37 @@ class GovernedToolset(WrapperToolset[Any]):
         proposed = ToolCall(call_id=call_id, tool=name, arguments=tool_args)
         # Only a call sent back on resume can have been edited since it was deferred.
         governed = edited_call(self.gate, run_id, proposed) if ctx.tool_call_approved else None
-        try:
-            outcome = self.gate.call(run_id, governed or proposed)
-        except WaitForApproval as waiting:
+        got = answer(lambda: self.gate.call(run_id, governed or proposed))
+        if isinstance(got, Waiting):
+            waiting = got.signal
             if claimed:
                 raise ResumeRefused(
                     f"call {call_id} ('{name}') is marked approved in DeferredToolResults, but "
                     f"tether holds no grant for it: approval {waiting.approval_id} is pending "
                     f"(an approver decides it: tether approvals approve {waiting.approval_id}); "
                     "nothing ran"
-                ) from None
-            raise ApprovalRequired(metadata=self._deferral(run_id, call_id, waiting)) from None
-        except (ApprovalDenied, ApprovalInvalid) as e:
-            if claimed:
+                )
+            raise ApprovalRequired(metadata=self._deferral(run_id, call_id, waiting))
+        if isinstance(got, Unsettled):
+            raise got.error  # never guessed: the run stops until the effect is settled
+        if isinstance(got, Refused):
+            error = got.error
+            if (
+                claimed
+                and isinstance(error, ApprovalDenied | ApprovalInvalid)
+                and not _backed(error)
+            ):
+                # The client said approved, and tether never granted this call.
                 raise ResumeRefused(
                     f"call {call_id} ('{name}') is marked approved in DeferredToolResults, but "
-                    f"tether refused it: {e}; nothing ran"
-                ) from e
-            return ToolDenied(str(e))
-        except Denied as e:  # the policy, an unknown tool: the model is told and may adapt
-            return ToolDenied(str(e))
-        except InvalidArguments as e:
-            raise ModelRetry(str(e)) from e
-        except (TetherToolFailed, OutcomeUnknown) as e:
-            raise FrameworkToolFailed(str(e)) from e
-        return outcome.result
+                    f"tether refused it: {error}; nothing ran"
+                ) from error
+            if isinstance(error, InvalidArguments):
+                raise ModelRetry(got.text) from error
+            if isinstance(error, TetherToolFailed):
+                raise FrameworkToolFailed(got.text) from error
+            return ToolDenied(got.text)  # denied, expired, a conflict: the model reads why
+        return got.outcome.result
 
     def _deferral(self, run_id: str, call_id: str, waiting: WaitForApproval) -> dict[str, Any]:
         """What the client is told about a pending approval: pointers, never a decision."""
@@ -459,6 +467,12 @@ def _check_grant(
         )
 
 
+def _backed(error: TetherError) -> bool:
+    """Whether tether did grant the call the client claims approved, and the grant lapsed
+    since (an expired grant): the claim was true, so the model is told, not the client."""
+    return isinstance(error, ApprovalExpired)
+
+
 def _bound(gate: Gate, tool: str, arguments: dict[str, Any], approval: Approval) -> str:
     """The call's arguments as the gate binds them (the tenant filled in where it goes)."""
     found = gate.registry.find(tool)
@@ -540,12 +554,10 @@ def deferred_results(gate: Gate, requests: DeferredToolRequests) -> DeferredTool
             edited = replacement(gate, approval.run_id, call.tool_call_id)
             assert edited is not None
             approvals[call.tool_call_id] = ToolApproved(override_args=dict(edited.arguments))
-        elif approval.status is ApprovalStatus.DENIED:
-            denied = ApprovalDenied(
-                approval.approval_id, approval.tool, approval.approver, approval.reason
-            )
-            approvals[call.tool_call_id] = ToolDenied(str(denied))
         else:
+            # Denied, pending or expired: sent back claiming nothing, so the call reaches the
+            # gate, which answers it (a denial's reason or an expiry told to the model and
+            # audited, a pending request waited on again).
             approvals[call.tool_call_id] = ToolApproved()
             metadata[call.tool_call_id] = {ASK_AGAIN: True}
     return DeferredToolResults(approvals=approvals, metadata=metadata)
