@@ -38,6 +38,7 @@ from tether.crash import crash_point
 from tether.errors import (
     ApprovalDenied,
     ApprovalExpired,
+    ApprovalRequired,
     IntegrityError,
     ModelError,
     RunConflict,
@@ -45,6 +46,7 @@ from tether.errors import (
     RunStateError,
     StaleState,
     StoreError,
+    TetherError,
 )
 from tether.gate import answer as gate_answer
 from tether.gate.answer import answer
@@ -177,8 +179,13 @@ class Runner:
 
         Effects a previous worker left unsettled (it died between ``dispatched`` and the
         outcome) are reconciled first; one that cannot be leaves the run
-        ``awaiting_reconciliation``, saying which effect it waits on."""
-        claimed = self._claim(run_id)
+        ``awaiting_reconciliation``, saying which effect it waits on. A cancelled run's
+        open calls are put to the gate, which refuses them as cancelled (and audits it)."""
+        try:
+            claimed = self._claim(run_id)
+        except RunStateError:
+            self._refuse_open_calls_if_cancelled(run_id)
+            raise
         heartbeat = Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
         heartbeat.start()
         try:
@@ -213,6 +220,24 @@ class Runner:
             raise
         finally:
             heartbeat.stop()
+
+    def _refuse_open_calls_if_cancelled(self, run_id: str) -> None:
+        """The calls a cancelled run was waiting on, answered by the gate (which refuses
+        each as cancelled, and audits it) rather than by the loop: one meaning everywhere."""
+        with self.store.read() as tx:
+            record = tx.get_run(run_id)
+            bodies = tx.messages(run_id) if record is not None else []
+        if record is None or record.status != RunStatus.CANCELLED.value:
+            return
+        unanswered = open_turn([Message.from_dict(json.loads(b)) for b in bodies])
+        answered = set()
+        for tc in unanswered.tool_calls if unanswered is not None else ():
+            if tc.id in answered or tc.parse_error is not None:
+                continue
+            answered.add(tc.id)
+            call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
+            with contextlib.suppress(TetherError, ApprovalRequired):
+                self.gate.call(run_id, call)
 
     # -- claiming and recovering -------------------------------------------------------------
     def _claim(self, run_id: str) -> Claim | None:
