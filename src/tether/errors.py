@@ -12,6 +12,7 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── Denied                      the gate refused the call (also a PermissionError)
     │   ├── CredentialRefused       a credential unknown, revoked, malformed or of another kind
     │   ├── CredentialMissing       an action that needs a credential, asked without one
+    │   ├── ResultRefused           a client-supplied result for a governed call
     │   ├── UnknownToolError        the tool is not in the registry
     │   ├── ManifestDriftError      the tool's manifest no longer matches its pin
     │   ├── PolicyDenied            the policy said deny (reasons attached)
@@ -100,6 +101,14 @@ class AuditKeyMissing(ConfigurationError):
 
 class CheckpointUnreadable(ConfigurationError):
     """The file is not a tether checkpoint (or not one this version can read)."""
+
+
+class ResultRefused(Denied):
+    """A tool result the client put into a run's history or state for a call tether
+    governs, which tether's ledger does not hold: results come only from the gate, so the
+    resume is refused before anything runs."""
+
+    model_reads = False
 
 
 class UnknownToolError(Denied):

@@ -41,7 +41,13 @@ from tether.adapters.openai_agents import Governed, govern, register, run_id_for
 from tether.core.approvals import ApprovalStatus
 from tether.core.ledger import EffectStatus
 from tether.core.principal import Identity
-from tether.errors import ApprovalStateError, ConfigurationError, CredentialRefused, RunStateError
+from tether.errors import (
+    ApprovalStateError,
+    CallInFlight,
+    ConfigurationError,
+    CredentialRefused,
+    RunStateError,
+)
 from tether.identity import add_identity, authenticate
 from tether.policy.flow import FlowPolicy, FlowRule
 from tether.store import SQLiteStore, Store
@@ -292,11 +298,17 @@ def test_two_resumes_of_one_approved_state_at_once_run_the_tool_once(world: Worl
     first, _ = world.open(said())
     second, _ = world.open(said())
 
-    async def both() -> None:
-        await asyncio.gather(first.resume(state_text), second.resume(state_text))
+    async def both() -> tuple[Any, ...]:
+        return await asyncio.gather(
+            first.resume(state_text), second.resume(state_text), return_exceptions=True
+        )
 
-    run(both())
+    answers = run(both())
     assert world.ran == [("write_file", WRITE)]
+    # One ran it; the other either read the recorded result or was told it is in flight.
+    stopped = [a for a in answers if isinstance(a, BaseException)]
+    assert all(isinstance(a, CallInFlight) for a in stopped), stopped
+    assert len(stopped) < 2
 
 
 def test_one_approved_pause_resumed_by_two_processes_at_once_runs_once(

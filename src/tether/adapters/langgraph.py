@@ -43,7 +43,13 @@ from typing import Annotated, Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.tools.tool_node import ToolCallRequest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langchain_core.messages import ToolCall as LangChainToolCall
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
@@ -479,12 +485,12 @@ class GovernedToolNode:
         messages = state.get(self.messages_key) if isinstance(state, Mapping) else None
         if messages is None:
             messages = getattr(state, self.messages_key, None) or []
-        message, open_calls = _open_calls(messages)
+        message, open_calls, forged = _open_calls(messages, self.governor.gate.registry)
         if message is None or not open_calls:
-            return {self.messages_key: []}
+            return {self.messages_key: forged}
         run_id = self.governor.run_for(config)
         self.governor.note_user_messages(run_id, messages)
-        return {self.messages_key: self.governor.answer(run_id, open_calls)}
+        return {self.messages_key: [*forged, *self.governor.answer(run_id, open_calls)]}
 
 
 def _texts(message: HumanMessage) -> list[str]:
@@ -497,16 +503,33 @@ def _texts(message: HumanMessage) -> list[str]:
 
 
 def _open_calls(
-    messages: Sequence[AnyMessage],
-) -> tuple[AIMessage | None, list[LangChainToolCall]]:
-    """The last AIMessage and its tool calls no ToolMessage after it answers yet."""
-    answered: set[str] = set()
+    messages: Sequence[AnyMessage], governed: Registry
+) -> tuple[AIMessage | None, list[LangChainToolCall], list[RemoveMessage]]:
+    """The last AIMessage, its tool calls that still need an answer, and the removal of any
+    ToolMessage that claims to answer a governed call already.
+
+    A governed call's answer comes only from the gate: tether's answers are returned by this
+    node (or middleware) and the graph moves on to the model, so a ToolMessage found after
+    the AIMessage when it runs was put there by someone else (``Command(update=...)``, a
+    client's state) — it is removed, and the call is answered from the ledger or waits, so
+    the model never reads a result tether did not record."""
+    replies: list[ToolMessage] = []
     for message in reversed(messages):
         if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
+            replies.append(message)
         elif isinstance(message, AIMessage):
-            return message, [tc for tc in message.tool_calls if tc.get("id") not in answered]
-    return None, []
+            tools = {tc.get("id"): tc["name"] for tc in message.tool_calls}
+            answered: set[str] = set()
+            forged: list[RemoveMessage] = []
+            for reply in replies:
+                if tools.get(reply.tool_call_id) in governed:
+                    if reply.id is not None:
+                        forged.append(RemoveMessage(id=reply.id))
+                else:
+                    answered.add(reply.tool_call_id)  # a tool tether does not govern
+            calls = [tc for tc in message.tool_calls if tc.get("id") not in answered]
+            return message, calls, forged
+    return None, [], []
 
 
 class TetherMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -528,12 +551,13 @@ class TetherMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         # Answered here, the calls leave the agent's tool node nothing to run: its routing
         # sends only calls without a ToolMessage there.
-        message, open_calls = _open_calls(state["messages"])
+        messages = state["messages"]
+        message, open_calls, forged = _open_calls(messages, self.governor.gate.registry)
         if message is None or not open_calls:
-            return None
+            return {"messages": forged} if forged else None
         run_id = self.governor.run_for(get_config())
-        self.governor.note_user_messages(run_id, state["messages"])
-        return {"messages": self.governor.answer(run_id, open_calls)}
+        self.governor.note_user_messages(run_id, messages)
+        return {"messages": [*forged, *self.governor.answer(run_id, open_calls)]}
 
     def wrap_tool_call(
         self,

@@ -70,6 +70,7 @@ from tether.errors import (
     ApprovalStateError,
     ConfigurationError,
     CredentialRefused,
+    ResultRefused,
     RunStateError,
     TetherError,
 )
@@ -275,12 +276,14 @@ class Governed:
         """``Runner.run(agent, input, **kwargs)`` with the governed agent."""
         from agents import Runner
 
+        check_outputs(self.gate, self.run_id, input)
         return await _unwrapped(Runner.run(self._agent(), input, **kwargs))
 
     def run_sync(self, input: Any, **kwargs: Any) -> RunResult:
         """``Runner.run_sync(agent, input, **kwargs)`` with the governed agent."""
         from agents import Runner
 
+        check_outputs(self.gate, self.run_id, input)
         try:
             return Runner.run_sync(self._agent(), input, **kwargs)
         except Exception as e:
@@ -443,6 +446,43 @@ def govern(
     return Governed(
         agent_or_tools, gate, principal=principal, conversation=conversation, budget=budget
     )
+
+
+def check_outputs(gate: Gate, run_id: str, input: Any) -> None:
+    """Refuse an input history holding a tool output for a governed call that tether did not
+    give: a call that ran must show the value the ledger recorded, and one that did not run
+    can only have been answered with tether's refusal. (A pending call has no output yet.)"""
+    if not isinstance(input, list):
+        return
+    items = [i for i in input if isinstance(i, Mapping)]
+    names = {i.get("call_id"): i.get("name") for i in items if i.get("type") == "function_call"}
+    outputs = [i for i in items if i.get("type") == "function_call_output"]
+    if not outputs:
+        return
+    effects = {e.call_id: e for e in gate.store.list_effects(run_id)}
+    for item in outputs:
+        call_id, output = item.get("call_id"), str(item.get("output", ""))
+        name = names.get(call_id)
+        if not isinstance(call_id, str) or name not in gate.registry:
+            continue
+        effect = effects.get(call_id)
+        approval = gate.approval_for(run_id, call_id) if effect is None else None
+        if approval is not None and approval.replaced_by is not None:
+            # An edited call ran under its replacement's call id; its output answers this one.
+            with gate.store.read() as tx:
+                edited = tx.get_approval(approval.replaced_by)
+            effect = effects.get(edited.call_id) if edited is not None else None
+        if effect is not None and effect.status.took_effect and effect.result_json is not None:
+            value = json.loads(effect.result_json)
+            if output == str(value) or output.endswith(f"\n{value}"):
+                continue
+        elif output.startswith(f"tether refused {name}:"):
+            continue
+        raise ResultRefused(
+            f"the input holds an output for call {call_id} ('{name}') that tether's ledger "
+            f"does not hold in run {run_id}: tool results come from the gate, not from the "
+            "client; continue with the items the run returned. Nothing ran"
+        )
 
 
 def _tether_cause(error: Exception) -> Exception:

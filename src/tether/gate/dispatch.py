@@ -4,11 +4,10 @@ the gate can stop waiting for a tool, not stop the tool)."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,16 +23,16 @@ _running: set[str] = set()
 _running_lock = threading.Lock()
 
 
-@contextlib.contextmanager
-def running(operation_key: str) -> Iterator[None]:
-    """Mark ``operation_key`` as in flight in this process while its tool runs."""
+def start_running(operation_key: str) -> None:
+    """Mark ``operation_key`` as in flight in this process: from before its ``dispatched``
+    row commits until its outcome is recorded, so no reader sees it dispatched unmarked."""
     with _running_lock:
         _running.add(operation_key)
-    try:
-        yield
-    finally:
-        with _running_lock:
-            _running.discard(operation_key)
+
+
+def stop_running(operation_key: str) -> None:
+    with _running_lock:
+        _running.discard(operation_key)
 
 
 def in_flight(operation_key: str) -> bool:

@@ -38,25 +38,27 @@ from tether.errors import (
     ConfigurationError,
     InternalError,
     OutcomeUnknown,
-    RunNotFound,
     Signal,
     TetherError,
 )
+from tether.gate.apply import apply, load_run
 from tether.gate.desk import decide_approval, edit_approval, latest_approval
-from tether.gate.dispatch import ainvoke, in_flight, invoke, loop_running, running
+from tether.gate.dispatch import (
+    ainvoke,
+    in_flight,
+    invoke,
+    loop_running,
+    start_running,
+    stop_running,
+)
 from tether.gate.edits import edit_note, edited_call, is_the_requested_call
-from tether.gate.notify import notification_for
 from tether.gate.plan import (
     Admit,
-    ApprovalWrite,
     Ask,
-    AuditWrite,
-    EffectWrite,
     Outcome,
     Plan,
     Replay,
     ToolCall,
-    Write,
     checkpoint,
     plan_call,
     sealed_identity,
@@ -72,7 +74,7 @@ from tether.tools.registry import Registry, Tool
 if TYPE_CHECKING:
     from tether.policy.flow import FlowPolicy
 
-__all__ = ["Gate", "Outcome", "ToolCall", "apply"]
+__all__ = ["Gate", "Outcome", "ToolCall"]
 
 Clock = Callable[[], float]
 MAX_INDEXED_RUNS = 256  # runs whose provenance index a gate keeps in memory
@@ -163,7 +165,7 @@ class Gate:
 
     def run_state(self, run_id: str) -> RunState:
         with self.store.read() as tx:
-            return RunState.load(_load_run(tx, run_id))
+            return RunState.load(load_run(tx, run_id))
 
     def record_input(self, run_id: str, text: str, *, source: str = "user") -> None:
         """Record trusted input to a run: the user's request (or a later user message). The
@@ -173,7 +175,7 @@ class Gate:
         if not isinstance(text, str) or not text:
             raise ConfigurationError("record_input needs the user's text (a non-empty string)")
         with self.store.transaction() as tx:
-            _load_run(tx, run_id)
+            load_run(tx, run_id)
             tx.append_input(run_id, source, text, self.clock())
         if self._flow is not None:
             with self._indexes_lock:
@@ -275,11 +277,16 @@ class Gate:
         raw: Any = None
         error: BaseException | None = None
         try:
-            with running(plan.effect.operation_key):
-                raw = invoke(plan.tool, plan.arguments, plan.effect.operation_key)
+            raw = invoke(plan.tool, plan.arguments, plan.effect.operation_key)
         except Exception as e:
             error = e
-        return self._settle(plan, started, index, raw, error)
+        except BaseException:
+            stop_running(plan.effect.operation_key)  # interrupted: left dispatched, unmarked
+            raise
+        try:
+            return self._settle(plan, started, index, raw, error)
+        finally:
+            stop_running(plan.effect.operation_key)
 
     async def acall(self, run_id: str, call: ToolCall) -> Outcome:
         """``call`` for an asyncio caller: the same plan, writes, audit entries, outcome,
@@ -307,37 +314,57 @@ class Gate:
         plan, index = admitted
         raw: Any = None
         error: BaseException | None = None
+        key = plan.effect.operation_key
         try:
-            with running(plan.effect.operation_key):
-                raw = await ainvoke(plan.tool, plan.arguments, plan.effect.operation_key)
+            raw = await ainvoke(plan.tool, plan.arguments, key)
         except asyncio.CancelledError as e:
             # Recorded as unknown; the caller asked for the cancellation, so that goes on.
-            with contextlib.suppress(OutcomeUnknown):
-                self._settle(plan, started, index, None, e)
+            try:
+                with contextlib.suppress(OutcomeUnknown):
+                    self._settle(plan, started, index, None, e)
+            finally:
+                stop_running(key)
             raise
         except Exception as e:
             error = e
-        return self._settle(plan, started, index, raw, error)
+        except BaseException:
+            stop_running(key)
+            raise
+        try:
+            return self._settle(plan, started, index, raw, error)
+        finally:
+            stop_running(key)
 
     def _admit(self, run_id: str, call: ToolCall) -> tuple[Admit, ProvenanceIndex | None] | Outcome:
         """Steps 0-7: judge the call and record the plan in one transaction. An admitted
         call comes back with ``dispatched`` durable; a replay as its recorded outcome; any
         other verdict is raised after its transaction commits."""
         now = self.clock()
+        marked: str | None = None
         try:
             with self.store.transaction() as tx:
                 plan, index = self._plan(tx, run_id, call, now)
                 apply(tx, run_id, now, plan.writes)
                 if isinstance(plan, Admit):
+                    marked = plan.effect.operation_key
+                    start_running(marked)  # before the commit: no reader sees it unmarked
                     crash_point("gate.before_dispatch_commit")
         except (TetherError, Signal):
+            if marked is not None:
+                stop_running(marked)
             raise
         except Exception as e:
+            if marked is not None:
+                stop_running(marked)
             # A bug, not a verdict: the transaction rolled back, so nothing was dispatched.
             raise InternalError(
                 f"tether could not judge call {call.call_id} ('{call.tool}'): {e!r}; nothing "
                 "was dispatched or recorded — this is a bug, please report it"
             ) from e
+        except BaseException:
+            if marked is not None:
+                stop_running(marked)
+            raise
         if isinstance(plan, Admit):
             crash_point("gate.after_dispatch_commit")
             if index is not None and plan.fresh:
@@ -449,7 +476,7 @@ class Gate:
             with self.store.transaction() as tx:
                 tx.update_effect(effect, EffectStatus.DISPATCHED)
                 if done.refund or done.added_bytes:
-                    record = _load_run(tx, effect.run_id)
+                    record = load_run(tx, effect.run_id)
                     state = RunState.load(record)
                     budget = (
                         state.budget.refund(admitted.tool.manifest.cost)
@@ -555,41 +582,3 @@ class Gate:
     def approval_for(self, run_id: str, call_id: str) -> Approval | None:
         """The latest approval requested for a call (expired first if its time is up)."""
         return latest_approval(self.store, run_id, call_id, self.clock())
-
-
-def _load_run(tx: Tx, run_id: str) -> RunRecord:
-    record = tx.get_run(run_id)
-    if record is None:
-        raise RunNotFound(f"no run {run_id}; start one with Gate.start_run or `tether run`")
-    return record
-
-
-def apply(tx: Tx, run_id: str, now: float, writes: tuple[Write, ...]) -> None:
-    """The one writer: a plan's rows and audit entries, in the plan's order (each audit entry
-    records the digests of the rows written before it)."""
-    for write in writes:
-        if isinstance(write, AuditWrite):
-            tx.append_audit(
-                write.kind,
-                at=now,
-                run_id=run_id,
-                actor=write.actor,
-                data=write.data,
-                redactions=write.redactions,
-            )
-        elif isinstance(write, EffectWrite):
-            if write.expected is None:
-                tx.insert_effect(write.effect)
-            else:
-                tx.update_effect(write.effect, write.expected)
-        elif isinstance(write, ApprovalWrite):
-            if write.expected is None:
-                tx.insert_approval(write.approval)
-                if write.approval.status is ApprovalStatus.PENDING:
-                    # The outbox row commits with the request or not at all; a sender
-                    # delivers it later, so the call never waits on a webhook.
-                    tx.enqueue_notification(notification_for(write.approval, now))
-            else:
-                tx.update_approval(write.approval, write.expected)
-        else:
-            tx.update_run(write.record, checkpoint_json=write.checkpoint_json, updated_at=now)

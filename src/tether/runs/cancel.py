@@ -13,15 +13,20 @@ unsend it); its effect is in the ledger like any other.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from dataclasses import dataclass, replace
 
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.lifecycle import RunStatus
-from tether.errors import RunNotFound, RunStateError
+from tether.errors import ApprovalRequired, RunNotFound, RunStateError, TetherError
 from tether.gate.desk import approval_audit
+from tether.gate.pipeline import Gate, ToolCall
 from tether.identity import live_credential
+from tether.models import Message
 from tether.runs.log import append
+from tether.runs.turns import open_turn
 from tether.store import Store
 from tether.store.rows import RunRecord
 
@@ -112,3 +117,23 @@ def cancel(
             },
         )
     return Cancelled(cancelled, tuple(closed))
+
+
+def refuse_open_calls(gate: Gate, run_id: str) -> None:
+    """The calls a cancelled run was waiting on, put to the gate, which refuses each as
+    cancelled (and audits it): a resume of a cancelled run is answered where every other
+    call is, not by the loop that found the run over."""
+    with gate.store.read() as tx:
+        record = tx.get_run(run_id)
+        bodies = tx.messages(run_id) if record is not None else []
+    if record is None or record.status != RunStatus.CANCELLED.value:
+        return
+    unanswered = open_turn([Message.from_dict(json.loads(b)) for b in bodies])
+    seen: set[str] = set()
+    for tc in unanswered.tool_calls if unanswered is not None else ():
+        if tc.id in seen or tc.parse_error is not None:
+            continue
+        seen.add(tc.id)
+        call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
+        with contextlib.suppress(TetherError, ApprovalRequired):
+            gate.call(run_id, call)

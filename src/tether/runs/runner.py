@@ -38,7 +38,6 @@ from tether.crash import crash_point
 from tether.errors import (
     ApprovalDenied,
     ApprovalExpired,
-    ApprovalRequired,
     IntegrityError,
     ModelError,
     RunConflict,
@@ -46,7 +45,6 @@ from tether.errors import (
     RunStateError,
     StaleState,
     StoreError,
-    TetherError,
 )
 from tether.gate import answer as gate_answer
 from tether.gate.answer import answer
@@ -54,6 +52,7 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message, Model, ModelToolCall
 from tether.runs import log as run_log
+from tether.runs.cancel import refuse_open_calls
 from tether.runs.leases import Claim, Heartbeat, claim, worker_name
 from tether.runs.log import RunResult, Step, StepText, load_result
 from tether.runs.reconcile import Reconciled, Settlement, reconcile_run
@@ -184,7 +183,7 @@ class Runner:
         try:
             claimed = self._claim(run_id)
         except RunStateError:
-            self._refuse_open_calls_if_cancelled(run_id)
+            refuse_open_calls(self.gate, run_id)
             raise
         heartbeat = Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
         heartbeat.start()
@@ -220,24 +219,6 @@ class Runner:
             raise
         finally:
             heartbeat.stop()
-
-    def _refuse_open_calls_if_cancelled(self, run_id: str) -> None:
-        """The calls a cancelled run was waiting on, answered by the gate (which refuses
-        each as cancelled, and audits it) rather than by the loop: one meaning everywhere."""
-        with self.store.read() as tx:
-            record = tx.get_run(run_id)
-            bodies = tx.messages(run_id) if record is not None else []
-        if record is None or record.status != RunStatus.CANCELLED.value:
-            return
-        unanswered = open_turn([Message.from_dict(json.loads(b)) for b in bodies])
-        answered = set()
-        for tc in unanswered.tool_calls if unanswered is not None else ():
-            if tc.id in answered or tc.parse_error is not None:
-                continue
-            answered.add(tc.id)
-            call = ToolCall(call_id=tc.id, tool=tc.name, arguments=dict(tc.arguments))
-            with contextlib.suppress(TetherError, ApprovalRequired):
-                self.gate.call(run_id, call)
 
     # -- claiming and recovering -------------------------------------------------------------
     def _claim(self, run_id: str) -> Claim | None:
