@@ -59,20 +59,22 @@ async def main() -> None:
     state.approve(state.get_interruptions()[0])  # the client's "approve": only a request
     saved = state.to_string()  # what a client keeps between requests
 
-    # 2. The approver authenticates with their credential; resume() records the decision.
+    # 2. The approver authenticates with their credential and approves that approval id
+    #    (in a web app: the signed-in user's identity, per decision); then any process resumes.
     _, token = add_identity(gate.store, "editor-1", "approver", now=time.time(), tenants=["acme"])
     who = authenticate(gate.store, token, "approver")
+    governed.approve(approval.approval_id, who)
     gate.store.close()  # as if the process ended; a new one resumes
     agent, gate = build([[assistant_message("Saved the plan.")]])
     governed = govern(agent, gate, principal=principal, conversation="ticket-42")
-    done = await governed.resume(saved, approver=who)
+    done = await governed.resume(saved)
     print(f"resumed: {done.final_output} (approved by {who.name}, {who.credential_id})")
 
     # 3. The same serialized state resumed again: tether replays the recorded outcome.
     gate.store.close()
     agent, gate = build([[assistant_message("Saved the plan.")]])
     governed = govern(agent, gate, principal=principal, conversation="ticket-42")
-    again = await governed.resume(saved, approver=who)
+    again = await governed.resume(saved)
     print(f"resumed again: {again.final_output}; save_note ran {len(written)} time")
     report = gate.store.verify_audit()
     print(report.summary())

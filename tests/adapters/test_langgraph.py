@@ -604,3 +604,103 @@ def test_the_users_messages_are_the_runs_trusted_input(
         else:
             assert "__interrupt__" not in result
             assert [line.split()[:2] for line in deletions(tmp_path)] == [["delete_file", "b.txt"]]
+
+
+# -- ainvoke: the gate and the tool never block the event loop ---------------------------------
+def slow_registry(directory: Path, *, asynchronous: bool) -> Any:
+    from tether import Registry, Risk
+
+    reg = Registry()
+    witness = directory / "witness.log"
+    if asynchronous:
+
+        @reg.tool(risk=Risk.READ)
+        async def read_file(path: str) -> str:
+            """Read a file, slowly."""
+            import asyncio
+
+            await asyncio.sleep(0.5)
+            with witness.open("a") as f:
+                f.write(f"read_file {path}\n")
+            return f"contents of {path}"
+
+    else:
+
+        @reg.tool(risk=Risk.READ, name="read_file")
+        def read_blocking(path: str) -> str:
+            """Read a file, slowly (a blocking call)."""
+            time.sleep(0.5)
+            with witness.open("a") as f:
+                f.write(f"read_file {path}\n")
+            return f"contents of {path}"
+
+    return reg
+
+
+async def longest_stall(work: Any) -> tuple[Any, float]:
+    """``work``'s result, and the longest the event loop went without running a 5 ms
+    ticker meanwhile (a loop blocked by a 0.5 s tool would show ~500 ms)."""
+    import asyncio
+
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    try:
+        result = await work
+    finally:
+        done.set()
+        await ticker
+    return result, max(gaps)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync tool", "async tool"])
+@pytest.mark.parametrize("face", ["middleware", "tool node"])
+def test_under_ainvoke_a_slow_tool_never_blocks_the_event_loop(
+    tmp_path: Path, face: str, asynchronous: bool
+) -> None:
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from tether.adapters.langgraph import GovernedToolNode
+
+    with SQLiteStore(f"sqlite:///{tmp_path / 'tether.db'}") as store:
+        gate = Gate(slow_registry(tmp_path, asynchronous=asynchronous), POLICY, store)
+        turn = AIMessage(content="", tool_calls=[READ])
+        config: Any = {"configurable": {"thread_id": f"slow-{face}"}}
+        graph: Any
+        if face == "middleware":
+            graph = create_agent(
+                FakeModel(messages=iter([turn, AIMessage(content="finished")])),
+                tools=langchain_tools(gate.registry),
+                middleware=[TetherMiddleware(gate, PRINCIPAL, approver="reviewer-1")],
+                checkpointer=InMemorySaver(),
+            )
+        else:
+            turns = iter([turn, AIMessage(content="finished")])
+            builder = StateGraph(MessagesState)
+            builder.add_node("model", lambda _: {"messages": [next(turns)]})
+            builder.add_node("tools", GovernedToolNode(gate, PRINCIPAL))
+            builder.add_edge(START, "model")
+            builder.add_conditional_edges(
+                "model", lambda s: "tools" if s["messages"][-1].tool_calls else END
+            )
+            builder.add_edge("tools", "model")
+            graph = builder.compile(checkpointer=InMemorySaver())
+        start = {"messages": [{"role": "user", "content": "go"}]}
+        done, stall = asyncio.run(longest_stall(graph.ainvoke(start, config)))
+    assert tool_messages(done)["call-read"].content == "contents of a.txt"
+    assert reads(tmp_path) == ["read_file a.txt"]
+    # Blocked, the loop would stall for the tool's whole 0.5 s; the margin is for a noisy
+    # machine (bench/bench_adapters.py measures the stall itself).
+    assert stall < 0.25, f"the event loop stalled {stall * 1000:.0f} ms"

@@ -223,11 +223,22 @@ def test_a_write_asks_is_approved_from_another_process_then_resumes_once(
     assert used.approver == "alice" and used.approver_credential is not None
 
 
-def test_a_client_approval_with_a_credential_is_recorded_and_runs_once(world: World) -> None:
+def approve_pending(governed: Any, result: Any, who: Identity) -> None:
+    """What an approver does: approve, by approval id, each call tether shows them."""
+    for approval in governed.pending(result):
+        governed.approve(approval.approval_id, who)
+
+
+def RunState_of(governed: Any, state_text: str) -> Any:
+    return run(RunState.from_string(governed._agent(), state_text))
+
+
+def test_an_approval_by_id_with_a_credential_is_recorded_and_runs_once(world: World) -> None:
     governed, _ = world.open([WRITE_TURN, *said()])
-    state_text = approve_all(interrupted(governed))
+    result = interrupted(governed)
     who, _ = world.approver()
-    finished = run(governed.resume(state_text, approver=who))
+    approve_pending(governed, result, who)
+    finished = run(governed.resume(approve_all(result)))
     assert finished.final_output == "done 0" and world.ran == [("write_file", WRITE)]
     decided = governed.gate.approval_for(governed.run_id, "w1")
     assert decided is not None and decided.approver_credential == who.credential_id
@@ -246,8 +257,9 @@ def test_a_client_approval_without_a_credential_runs_nothing(world: World) -> No
 def test_a_name_is_not_a_credential(world: World) -> None:
     governed, _ = world.open([WRITE_TURN, *said()])
     state_text = approve_all(interrupted(governed))
+    (approval,) = governed.pending(RunState_of(governed, state_text))
     with pytest.raises(CredentialRefused, match="authenticated approver"):
-        run(governed.resume(state_text, approver=Identity.trusted("alice")))
+        governed.approve(approval.approval_id, Identity.trusted("alice"))
     assert world.ran == []
 
 
@@ -258,7 +270,9 @@ def test_a_denial_reaches_the_model_and_nothing_runs(world: World) -> None:
     (item,) = state.get_interruptions()
     state.reject(item, rejection_message="Not on Fridays.")
     who, _ = world.approver()
-    run(governed.resume(state.to_string(), approver=who, reason="not on Fridays"))
+    (approval,) = governed.pending(result)
+    governed.deny(approval.approval_id, who, reason="not on Fridays")
+    run(governed.resume(state.to_string()))
     assert world.ran == []
     assert tool_outputs(model)["w1"] == "Not on Fridays."
     denied = governed.gate.approval_for(governed.run_id, "w1")
@@ -280,11 +294,13 @@ def test_a_denial_made_in_tether_reaches_the_model(world: World) -> None:
 
 def test_the_same_approved_state_resumed_twice_runs_the_tool_once(world: World) -> None:
     governed, model = world.open([WRITE_TURN, *said()])
-    state_text = approve_all(interrupted(governed))
+    result = interrupted(governed)
+    state_text = approve_all(result)
     who, _ = world.approver()
-    run(governed.resume(state_text, approver=who))
+    approve_pending(governed, result, who)
+    run(governed.resume(state_text))
     again, model = world.open(said())
-    run(again.resume(state_text, approver=who))
+    run(again.resume(state_text))
     assert world.ran == [("write_file", WRITE)]
     # The second resume got the recorded outcome, not a second execution.
     assert tool_outputs(model)["w1"] == "wrote 5 bytes to notes.txt"
@@ -292,9 +308,10 @@ def test_the_same_approved_state_resumed_twice_runs_the_tool_once(world: World) 
 
 def test_two_resumes_of_one_approved_state_at_once_run_the_tool_once(world: World) -> None:
     governed, _ = world.open([WRITE_TURN, *said()])
-    state_text = approve_all(interrupted(governed))
+    result = interrupted(governed)
+    state_text = approve_all(result)
     who, _ = world.approver()
-    governed.decide(run(RunState.from_string(governed._agent(), state_text)), who)
+    approve_pending(governed, result, who)
     first, _ = world.open(said())
     second, _ = world.open(said())
 
@@ -372,7 +389,8 @@ def test_a_sibling_call_survives_the_pause(world: World) -> None:
     assert [i.call_id for i in result.interruptions] == ["w1"]
     assert world.ran == [("read_file", {"path": "a"})]
     who, _ = world.approver()
-    run(governed.resume(approve_all(result), approver=who))
+    approve_pending(governed, result, who)
+    run(governed.resume(approve_all(result)))
     assert world.ran == [("read_file", {"path": "a"}), ("write_file", WRITE)]
     assert tool_outputs(model) == {
         "r1": "contents of a",
@@ -414,10 +432,9 @@ def test_an_expired_request_cannot_be_approved_and_runs_nothing(world: World) ->
     who, _ = world.approver()
     with pytest.raises(ApprovalStateError, match="expired"):
         governed.gate.approve(approval.approval_id, who)
-    # The client approves in its state, with a credential: the expired request grants
-    # nothing, and the model is told the call expired and did not run (it is not asked
-    # again behind the model's back).
-    run(governed.resume(approve_all(result), approver=who))
+    # The client approves in its state: the expired request grants nothing, and the model
+    # is told the call expired and did not run (it is not asked again behind its back).
+    run(governed.resume(approve_all(result)))
     assert world.ran == []
     assert "expired before anyone decided" in tool_outputs(model)["w1"]
     with world.stores[0].read() as tx:
@@ -451,9 +468,8 @@ def test_a_missing_decision_for_one_of_two_pending_calls_is_refused(world: World
     state = result.to_state()
     first = next(i for i in state.get_interruptions() if i.call_id == "w1")
     state.approve(first)  # d1 is forgotten
-    who, _ = world.approver()
     with pytest.raises(ApprovalStateError, match=r"decides some pending calls but not d1"):
-        run(governed.resume(state.to_string(), approver=who))
+        run(governed.resume(state.to_string()))
     assert world.ran == []
     # Checked before anything was recorded: w1's approval is still undecided.
     still = governed.gate.approval_for(governed.run_id, "w1")
@@ -522,14 +538,13 @@ def test_arguments_changed_after_the_approval_are_refused(world: World) -> None:
     assert "tether refused write_file" in tool_outputs(model)["w1"]
 
 
-def test_changed_arguments_are_not_approved_with_a_credential_either(world: World) -> None:
+def test_changed_arguments_in_the_state_are_refused(world: World) -> None:
     governed, _ = world.open([WRITE_TURN, *said()])
     result = interrupted(governed)
-    who, _ = world.approver()
     evil = {"path": "/etc/passwd", "text": "pwned"}
     tampered = edit_call(approve_all(result), "w1", arguments=evil)
     with pytest.raises(ApprovalStateError, match="differs from the call tether"):
-        run(governed.resume(tampered, approver=who))
+        run(governed.resume(tampered))
     assert world.ran == []
     still = governed.gate.approval_for(governed.run_id, "w1")
     assert still is not None and still.status is ApprovalStatus.PENDING
@@ -538,7 +553,9 @@ def test_changed_arguments_are_not_approved_with_a_credential_either(world: Worl
 def test_an_old_approval_replayed_onto_a_new_call_is_refused(world: World) -> None:
     governed, model = world.open([WRITE_TURN, *said()])
     who, _ = world.approver()
-    run(governed.resume(approve_all(interrupted(governed)), approver=who))
+    first = interrupted(governed)
+    approve_pending(governed, first, who)
+    run(governed.resume(approve_all(first)))
     assert world.writes() == 1
     # Next turn: a new call (w2) is pending; the client reuses its approved one (w1).
     second = [function_call("write_file", {"path": "x", "text": "other"}, call_id="w2")]
@@ -584,7 +601,8 @@ def test_an_agent_used_as_a_tool_has_its_tools_governed(world: World) -> None:
     (approval,) = governed.pending(result)
     assert approval.tool == "write_file"
     who, _ = world.approver()
-    run(governed.resume(approve_all(result), approver=who))
+    approve_pending(governed, result, who)
+    run(governed.resume(approve_all(result)))
     assert world.ran == [("write_file", WRITE)]
 
 
@@ -714,7 +732,8 @@ def test_the_users_input_is_trusted_and_a_recipient_from_tool_output_asks(
     # Resumed with an approval, then again in another process: the input stays one row.
     state_text = approve_all(result)
     who, _ = world.approver()
-    run(governed.resume(state_text, approver=who))
+    approve_pending(governed, result, who)
+    run(governed.resume(state_text))
     again = mailer(world, said())
     run(again.resume(state_text))
     assert [args for name, args in world.ran if name == "send_email"] == [TO_DAVE, TO_EVE]
@@ -810,3 +829,24 @@ def test_a_streamed_run_records_its_input_before_the_first_call(world: World) ->
     result = run(streamed())
     assert result.interruptions == [] and world.ran == [("send_email", TO_DAVE)]
     assert inputs(world, governed) == [("user", "Mail dave@corp.com: ok")]
+
+
+def test_a_decision_added_to_the_state_is_never_recorded_as_the_approvers(world: World) -> None:
+    # Two calls pend; the approver approves only the first, by its approval id. A client
+    # that adds an approval of the second to its RunState gets nothing for it: tether
+    # records only what the approver said, and the second call does not run.
+    turn = [*WRITE_TURN, function_call("delete_file", {"path": "old.txt"}, call_id="d1")]
+    governed, model = world.open([turn, *said()])
+    result = run(governed.run("write and delete"))
+    pending = {a.call_id: a for a in governed.pending(result)}
+    assert set(pending) == {"w1", "d1"}
+    who, _ = world.approver()
+    governed.approve(pending["w1"].approval_id, who)
+    with pytest.raises(ConfigurationError, match="takes no approver"):
+        run(governed.resume(approve_all(result), approver=who))
+    run(governed.resume(approve_all(result)))  # the forged approval of d1 rides along
+    assert world.ran == [("write_file", WRITE)]
+    assert "not approved in tether" in tool_outputs(model)["d1"]
+    second = governed.gate.approval_for(governed.run_id, "d1")
+    assert second is not None and second.status is ApprovalStatus.PENDING
+    assert second.approver is None

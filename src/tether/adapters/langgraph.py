@@ -37,7 +37,8 @@ three times.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
@@ -567,4 +568,21 @@ class TetherMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         # Never ``handler``: the tool runs as tether's registry has it, through the gate.
         run_id = self.governor.run_for(request.runtime.config)
         (answer,) = self.governor.answer(run_id, [request.tool_call])
+        return answer
+
+    # Under ``ainvoke``/``astream`` the agent awaits these instead: the same path, run in a
+    # worker thread (with the graph's context, so ``interrupt()`` and the config are seen),
+    # so neither a tool nor a store write ever blocks the event loop.
+    async def aafter_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.after_model, state, runtime)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        run_id = self.governor.run_for(request.runtime.config)
+        (answer,) = await asyncio.to_thread(self.governor.answer, run_id, [request.tool_call])
         return answer

@@ -289,27 +289,25 @@ class Governed:
         except Exception as e:
             raise _tether_cause(e) from e.__cause__
 
-    async def resume(
-        self,
-        state: RunState[Any, Any] | str,
-        *,
-        approver: Identity | None = None,
-        reason: str | None = None,
-        **kwargs: Any,
-    ) -> RunResult:
+    async def resume(self, state: RunState[Any, Any] | str, **kwargs: Any) -> RunResult:
         """Continue an interrupted run from its ``RunState`` (or ``to_string()`` text).
 
-        With ``approver`` (an authenticated approver credential), the decisions the state
-        holds for pending calls are recorded in tether as that approver's: approve, or deny
-        with ``reason``. Without it nothing is decided here: each call runs only if tether
-        already holds its grant."""
+        Nothing is decided here: decisions are tether's, each made by an approver about one
+        approval id (``Governed.approve`` / ``deny``, ``Gate.approve``, ``tether approvals``).
+        A call the state marks approved runs only if tether holds its grant, and one whose
+        arguments differ from the call tether asked about is refused before anything runs."""
         from agents import Runner, RunState
 
+        if "approver" in kwargs:
+            raise ConfigurationError(
+                "resume() takes no approver: a decision in a client's RunState is not one an "
+                "approver made. Record each decision in tether first — "
+                "governed.approve(approval_id, approver) or governed.deny(...) — then resume"
+            )
         agent = self._agent()
         loaded = await RunState.from_string(agent, state) if isinstance(state, str) else state
         self._check_every_call_decided(loaded)
-        if approver is not None:
-            self.decide(loaded, approver, reason=reason)
+        self._check_client_approvals(loaded)
         self._take_tether_decisions(loaded)
         # Input staged with RunState.add_input is the user's next message; the run's
         # opening input was recorded when it started (guardrails do not run on a resume).
@@ -317,6 +315,18 @@ class Governed:
         if staged:
             await asyncio.to_thread(self._inputs.note, self.run_id, staged)
         return await _unwrapped(Runner.run(agent, loaded, **kwargs))
+
+    def _check_client_approvals(self, state: RunState[Any, Any]) -> None:
+        """A call the state approves while tether still waits on its approval must be the
+        call tether asked about (same tool and arguments): otherwise the resume would close
+        that request and ask about another call under the same id. (Once decided, the gate
+        checks the grant against the call itself.)"""
+        for item in state.get_interruptions():
+            if _client_decision(state, item) is not True:
+                continue
+            approval = self.gate.approval_for(self.run_id, item.call_id or "")
+            if approval is not None and approval.status is ApprovalStatus.PENDING:
+                self._check_same_call(approval, item)
 
     def _check_every_call_decided(self, state: RunState[Any, Any]) -> None:
         """A state that decides some pending calls but leaves another one undecided (and
@@ -376,33 +386,34 @@ class Governed:
                 found.append(approval)
         return found
 
-    def decide(
-        self, state: RunState[Any, Any], approver: Identity, *, reason: str | None = None
-    ) -> list[Approval]:
-        """Record in tether, as ``approver``, the decisions ``state`` holds for its pending
-        calls; returns the approvals decided. A call whose arguments in the state differ
-        from those tether asked about is refused here (the approver would be granting a call
-        they were not shown)."""
+    def approve(
+        self, approval_id: str, approver: Identity, *, reason: str | None = None
+    ) -> Approval:
+        """Approve one pending call of this run, as ``approver``: an identity authenticated
+        from an approver credential (``tether.identity.authenticate``), which tether checks
+        again as it records the decision. In a web app, pass the signed-in user's."""
+        self._check_decision(approval_id, approver)
+        return self.gate.approve(approval_id, approver, reason=reason)
+
+    def deny(self, approval_id: str, approver: Identity, *, reason: str | None = None) -> Approval:
+        """Deny one pending call of this run, as ``approver``; the model reads ``reason``."""
+        self._check_decision(approval_id, approver)
+        return self.gate.deny(approval_id, approver, reason=reason)
+
+    def _check_decision(self, approval_id: str, approver: Identity) -> None:
         if not isinstance(approver, Identity) or approver.credential_id is None:
             raise CredentialRefused(
-                "turning a client's decision into a tether approval needs an authenticated "
-                "approver: pass tether.identity.authenticate(store, token, 'approver')",
+                "a decision needs an authenticated approver: pass "
+                "tether.identity.authenticate(store, token, 'approver')",
                 reasons=("no credential",),
             )
-        decided: list[Approval] = []
-        for item in state.get_interruptions():
-            choice = _client_decision(state, item)
-            if choice is None:
-                continue
-            approval = self.gate.approval_for(self.run_id, item.call_id or "")
-            if approval is None or approval.status is not ApprovalStatus.PENDING:
-                continue  # decided already (or never asked): the gate's check stands
-            self._check_same_call(approval, item)
-            if choice:
-                decided.append(self.gate.approve(approval.approval_id, approver, reason=reason))
-            else:
-                decided.append(self.gate.deny(approval.approval_id, approver, reason=reason))
-        return decided
+        with self.gate.store.read() as tx:
+            approval = tx.get_approval(approval_id)
+        if approval is None or approval.run_id != self.run_id:
+            raise ApprovalStateError(
+                f"no approval {approval_id} in run {self.run_id}; decide the approvals "
+                "governed.pending(result) lists"
+            )
 
     def _check_same_call(self, approval: Approval, item: ToolApprovalItem) -> None:
         try:
