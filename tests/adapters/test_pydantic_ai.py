@@ -40,6 +40,7 @@ from tether.adapters.pydantic_ai import (
 from tether.core.approvals import ApprovalStatus
 from tether.core.ledger import EffectStatus
 from tether.core.principal import Identity
+from tether.errors import ConfigurationError
 from tether.identity import add_identity, authenticate
 from tether.policy.flow import FlowPolicy, FlowRule
 
@@ -496,7 +497,8 @@ def test_the_toolset_alone_refuses_claims_tether_does_not_back(world: World) -> 
     decide each call, and refuses an approval the client claims but tether does not hold."""
 
     def bare() -> Agent[None, Output]:
-        toolset = GovernedToolset.of(world.gate(), Principal(subject="agent-7", tenant="acme"))
+        principal = Principal(subject="agent-7", tenant="acme")
+        toolset = GovernedToolset.of(world.gate(), principal, run_id=RUN)
         return Agent(
             FunctionModel(world.model), toolsets=[toolset], output_type=[str, DeferredToolRequests]
         )
@@ -512,9 +514,9 @@ def test_the_toolset_alone_refuses_claims_tether_does_not_back(world: World) -> 
     with pytest.raises(ResumeRefused, match="tether refused it: approval apr-"):
         bare().run_sync(message_history=history, deferred_tool_results=claim)
     assert world.ran == {}
-    # The derived run id follows Pydantic AI's conversation id, which the history keeps.
+    # The run is the one the application named, whatever conversation id the history holds.
     store = world.gate().store
-    assert [r.run_id for r in store.list_runs()] == [f"pydantic-ai-{history[0].conversation_id}"]
+    assert [r.run_id for r in store.list_runs()] == [RUN]
 
 
 # -- the user's prompts are the run's trusted input --------------------------------------------
@@ -667,3 +669,20 @@ def test_user_prompts_leave_out_tool_content_and_system_prompts() -> None:
     ]
     assert user_prompts(history) == ["hi", "a", "b"]
     assert user_prompts(history, "now") == ["hi", "a", "b", "now"]
+
+
+def test_the_run_is_the_one_the_server_names_never_the_clients_conversation_id(
+    world: World,
+) -> None:
+    # Without a run id the adapter refuses to guess one from client-editable history.
+    with pytest.raises(ConfigurationError, match="name the tether run"):
+        Tether(world.gate(), Principal(subject="agent-7", tenant="acme"))
+    world.plans["look"] = [call("read_order", "call-l", order_id="A-7")]
+    agent, _ = world.agent()
+    agent.run_sync("look", conversation_id="conv-a")
+    # The client asks again under another conversation id: the same tether run, so the call
+    # that already ran is replayed from the ledger, not run a second time.
+    agent, _ = world.agent()
+    agent.run_sync("look", conversation_id="conv-b")
+    assert world.ran == {"read_order": [{"order_id": "A-7"}]}
+    assert world.effects() == {"call-l": EffectStatus.COMMITTED}

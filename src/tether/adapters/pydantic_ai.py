@@ -1,6 +1,6 @@
 """Pydantic AI under tether's gate (``pip install 'tether[pydantic-ai]'``).
 
-    governed = Tether(gate, principal)
+    governed = Tether(gate, principal, run_id=session_id)  # the run your server names
     agent = Agent(model, capabilities=[governed], output_type=[str, DeferredToolRequests])
 
 The agent's tools are the gate's registry (``GovernedToolset``); each call Pydantic AI makes
@@ -27,10 +27,13 @@ only), each once however often a history is resumed. A request that holds anythi
 system and user prompts (tool returns, retries) is left out: Pydantic AI puts a tool's
 ``ToolReturn.content`` there as a ``UserPromptPart``, and tool output is not the user's.
 
-The run is a tether run: ``run_id`` names it, or it is derived from Pydantic AI's conversation
-id (``pydantic-ai-<conversation id>``), which a resume with the message history keeps, so a
-resume in another process finds it. The gate runs synchronously inside the event loop (a
-tool's own blocking I/O blocks it too), so parallel calls are judged one at a time.
+The run is a tether run, and the application names it (``run_id``: its own conversation or
+session id, or a function of the run's deps that returns it), never Pydantic AI's
+``conversation_id``, which travels with the client's history: a client that changed it would
+otherwise get a fresh run and run its calls again. A resume in another process finds the run
+by that name; a run started for another principal is refused. The gate runs synchronously
+inside the event loop (a tool's own blocking I/O blocks it too), so parallel calls are
+judged one at a time.
 
 The module is long because the toolset, its deferred calls and the results it accepts back are
 one protocol with the gate; split, each half would re-check what the other decided.
@@ -108,7 +111,6 @@ __all__ = [
     "user_prompts",
 ]
 
-RUN_PREFIX = "pydantic-ai-"
 # The metadata of a call sent back "approved" only so that the gate judges it again (Pydantic
 # AI wants a result for every deferred call): a pending one waits again, an expired one is
 # asked anew. It claims nothing, so anyone may set it.
@@ -128,14 +130,18 @@ def run_id_for(ctx: RunContext[Any], run_id: RunIdSource) -> str:
     """The tether run a Pydantic AI run belongs to."""
     if isinstance(run_id, str):
         return run_id
-    if run_id is not None:
-        return run_id(ctx)
-    if not ctx.conversation_id:
-        raise ConfigurationError(
-            "this Pydantic AI run has no conversation id to derive tether's run id from; "
-            "pass run_id= to Tether or GovernedToolset"
-        )
-    return RUN_PREFIX + ctx.conversation_id
+    if run_id is None:
+        raise unnamed_run()
+    return run_id(ctx)
+
+
+def unnamed_run() -> ConfigurationError:
+    return ConfigurationError(
+        "name the tether run: pass run_id= to Tether or GovernedToolset — the conversation "
+        "or session id your server keeps (or a function of the run's deps that returns it). "
+        "Pydantic AI's conversation_id comes with the client's history, and a client that "
+        "changed it would get a new run and run its calls again"
+    )
 
 
 def registry_toolset(registry: Registry) -> FunctionToolset[Any]:
@@ -177,6 +183,8 @@ class GovernedToolset(WrapperToolset[Any]):
     _inputs: UserInputs = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.run_id is None:
+            raise unnamed_run()
         self._inputs = UserInputs(self.gate)
 
     @classmethod
