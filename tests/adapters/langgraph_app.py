@@ -28,7 +28,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-from tether import Gate, Identity, Policy, Principal, Registry, Risk
+from tether import Gate, Policy, Principal, Registry, Risk
 from tether.adapters.langgraph import GovernedToolNode
 from tether.store import Store, open_store
 
@@ -92,7 +92,7 @@ class App:
 @contextmanager
 def app(
     directory: Path,
-    approver: Identity | str | None = None,
+    approver: Any = None,
     *,
     clock: Callable[[], float] = time.time,
     store_url: str | None = None,

@@ -704,3 +704,37 @@ def test_under_ainvoke_a_slow_tool_never_blocks_the_event_loop(
     # Blocked, the loop would stall for the tool's whole 0.5 s; the margin is for a noisy
     # machine (bench/bench_adapters.py measures the stall itself).
     assert stall < 0.25, f"the event loop stalled {stall * 1000:.0f} ms"
+
+
+# -- who decides: the approver of each resume, from the application's own sign-in -----------------
+def test_each_resume_is_decided_by_the_user_the_application_signed_in(tmp_path: Path) -> None:
+    from tether.identity import authenticate, revoke_identity
+
+    def signed_in(config: Any) -> Any:
+        # What a web app's server puts in the config for the user whose request resumes.
+        return config["configurable"].get("approver")
+
+    with app(tmp_path, signed_in) as a:
+        now = time.time()
+        _, alice_token = add_identity(a.store, "reviewer-1", "approver", now=now, tenants=["acme"])
+        alice = authenticate(a.store, alice_token, "approver")
+        (pending,) = pause(a, "t", DELETE)
+        decision = {pending["approval_id"]: {"type": "approve"}}
+        # Nobody signed in: nothing is decided, and the graph still waits.
+        with pytest.raises(pydantic.ValidationError, match="no approver"):
+            a.graph.invoke(Command(resume=decision), a.config("t"))
+        revoke_identity(a.store, alice.credential_id or "", "approver", now=now, actor="admin")
+        revoked: Any = {"configurable": {"thread_id": "t", "approver": alice}}
+        with pytest.raises(pydantic.ValidationError, match="revoked or unknown"):
+            a.graph.invoke(Command(resume=decision), revoked)
+        assert deletions(tmp_path) == []
+        _, token = add_identity(
+            a.store, "reviewer-1", "approver", now=time.time(), tenants=["acme"]
+        )
+        again = authenticate(a.store, token, "approver")
+        config: Any = {"configurable": {"thread_id": "t", "approver": again}}
+        done = a.graph.invoke(Command(resume=decision), config)
+        assert tool_messages(done)["call-del"].content == "deleted b.txt"
+        (decided,) = a.store.list_approvals()
+        assert decided.approver_credential == again.credential_id
+    assert len(deletions(tmp_path)) == 1

@@ -53,13 +53,13 @@ from langchain_core.messages import (
 )
 from langchain_core.messages import ToolCall as LangChainToolCall
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
 
 from tether.adapters.inputs import UserInputs
+from tether.adapters.langchain import langchain_tools
 from tether.adapters.resume import (
     DECISION_TYPES,
     RESUME_HINT,
@@ -86,6 +86,7 @@ from tether.gate.answer import Refused, Unsettled, Waiting, answer
 from tether.gate.desk import as_approver, check_identity
 from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
+from tether.identity import live_credential
 from tether.policy.rules import decide
 from tether.runs import log as run_log
 from tether.tools.registry import Registry
@@ -100,6 +101,11 @@ __all__ = [
 ]
 
 RUN_PREFIX = "langgraph-"
+
+
+# Who decides a resume: a resolver of the graph's config (the signed-in user), an Identity,
+# a trusted name, or nobody (decisions made through tether only).
+ApproverSource = Identity | str | Callable[[RunnableConfig], Identity | None] | None
 
 
 def run_id_for(thread_id: str) -> str:
@@ -117,32 +123,6 @@ def thread_of(config: RunnableConfig | Mapping[str, Any] | None) -> str:
     return str(thread)
 
 
-def langchain_tools(registry: Registry) -> list[BaseTool]:
-    """LangChain tools describing each tool in ``registry`` (name, description, JSON Schema),
-    to bind to a model or hand to ``create_agent``. Calling one directly is refused: the tool
-    runs only through the gate (``GovernedToolNode``, ``TetherMiddleware``)."""
-
-    def refuse(name: str) -> Any:
-        def ungoverned(**_: Any) -> Any:
-            raise Denied(
-                f"tool '{name}' is governed by tether and runs only through its gate; add "
-                "TetherMiddleware to the agent or route tool calls to a GovernedToolNode",
-                reasons=("called outside the gate",),
-            )
-
-        return ungoverned
-
-    return [
-        StructuredTool.from_function(
-            func=refuse(m.name),
-            name=m.name,
-            description=m.description or m.name,
-            args_schema=dict(m.parameters),
-        )
-        for m in registry.manifests()
-    ]
-
-
 @dataclass(frozen=True)
 class _Proposed:
     call_id: str
@@ -153,21 +133,26 @@ class _Proposed:
 class Governor:
     """Puts a node's tool calls through the gate and pauses for the ones that must wait.
 
-    ``approver`` is who a resume decision is recorded as (an ``Identity`` from
-    ``tether.identity.authenticate``, or a name for trusted in-process code); without one a
-    graph can only be resumed after the decisions were made through tether itself."""
+    ``approver`` is who a resume decision is recorded as: a function of the graph's config
+    that returns the deciding user's ``Identity`` (in a multi-user app, the signed-in user
+    the server put in ``configurable``: each resume is decided by whoever sends it), an
+    ``Identity`` from ``tether.identity.authenticate`` for a one-approver tool, or a name
+    for trusted in-process code. The credential is checked again as each decision is
+    recorded. Without one a graph resumes only after decisions made through tether."""
 
     def __init__(
         self,
         gate: Gate,
         principal: Principal,
         *,
-        approver: Identity | str | None = None,
+        approver: ApproverSource = None,
         budget: Budget | None = None,
     ) -> None:
         self.gate = gate
         self.principal = principal
-        self.approver = None if approver is None else as_approver(approver)
+        self._approver = (
+            approver if callable(approver) or approver is None else as_approver(approver)
+        )
         self.budget = budget
         self._runs: set[str] = set()
         self._inputs = UserInputs(gate)  # the same once-per-run recording as the other adapters
@@ -407,8 +392,18 @@ class Governor:
             )
         return decisions
 
+    def _decider(self) -> Identity | None:
+        """Who decides this resume: the resolver's answer for the graph's config, or the
+        approver the node was built with."""
+        source = self._approver
+        if callable(source):
+            found = source(get_config())
+            return None if found is None else as_approver(found)
+        return source
+
     def _check_decider(self, approval: Approval) -> None:
-        if self.approver is None:
+        who = self._decider()
+        if who is None:
             raise ValueError(
                 f"this graph has no approver, so it cannot record a decision on "
                 f"{approval.approval_id}: decide it with `tether approvals approve "
@@ -420,26 +415,30 @@ class Governor:
             policy.approvers_for(approval.tool) if policy else frozenset(approval.approvers)
         )
         try:
-            check_identity(approval, self.approver, authorized, self.gate.clock())
+            if who.credential_id is not None:  # as it stands now, not as it was signed in
+                with self.gate.store.read() as tx:
+                    live_credential(tx, who.credential_id, who.name, "approver")
+            check_identity(approval, who, authorized, self.gate.clock())
         except Denied as e:
             raise ValueError(f"{e} (approval {approval.approval_id})") from None
 
     def _apply(self, decisions: list[Decision]) -> None:
         """Record each decision through tether; an edit the policy refuses becomes a denial."""
+        who = self._decider()
         for d in decisions:
-            assert self.approver is not None  # checked with the resume value
+            assert who is not None  # checked with the resume value
             try:
                 if d.kind == "approve":
-                    self.gate.approve(d.approval_id, self.approver)
+                    self.gate.approve(d.approval_id, who)
                 elif d.kind == "deny":
-                    self.gate.deny(d.approval_id, self.approver, reason=d.message)
+                    self.gate.deny(d.approval_id, who, reason=d.message)
                 else:
                     assert d.arguments is not None
                     try:
-                        self.gate.edit(d.approval_id, self.approver, d.arguments, reason=d.message)
+                        self.gate.edit(d.approval_id, who, d.arguments, reason=d.message)
                     except (Denied, InvalidArguments) as e:
                         # The approver did not want the original call; the edit cannot run.
-                        self.gate.deny(d.approval_id, self.approver, reason=f"edit refused: {e}")
+                        self.gate.deny(d.approval_id, who, reason=f"edit refused: {e}")
             except ApprovalStateError:
                 # Decided meanwhile by someone else (another resumer, the command line):
                 # the gate finds whatever was recorded.
@@ -474,7 +473,7 @@ class GovernedToolNode:
         gate: Gate,
         principal: Principal,
         *,
-        approver: Identity | str | None = None,
+        approver: ApproverSource = None,
         budget: Budget | None = None,
         messages_key: str = "messages",
     ) -> None:
@@ -543,7 +542,7 @@ class TetherMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         gate: Gate,
         principal: Principal,
         *,
-        approver: Identity | str | None = None,
+        approver: ApproverSource = None,
         budget: Budget | None = None,
     ) -> None:
         super().__init__()
