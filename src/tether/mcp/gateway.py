@@ -29,6 +29,7 @@ share the upstream connections and the pinned lock.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -46,11 +47,11 @@ from tether.core.approvals import ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json, sha256_hex
 from tether.errors import (
-    ApprovalRequired,
     ConfigurationError,
     PinError,
     TetherError,
 )
+from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
 from tether.mcp.caller import Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
@@ -58,6 +59,7 @@ from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool
 from tether.mcp.upstream import Upstream
 from tether.mcp.wire import approval_wait, error_result, protocol_error, result_of, text_of
 from tether.tools.registry import Manifest, Registry
+from tether.tools.tenancy import fill_tenant
 
 if TYPE_CHECKING:
     import mcp
@@ -406,15 +408,17 @@ class Gateway:
         session = self._session(run_id)
         call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
         try:
-            outcome = await gate.acall(run_id, call)
-        except ApprovalRequired as wait:
-            session.asked[same] = call_id
-            return approval_wait(wait, call_id)
-        except TetherError as e:
+            got = await answer_async(lambda: gate.acall(run_id, call))
+        except TetherError as e:  # stops the call; over MCP the agent is told as a tool error
             return error_result(f"tether: {e}")
-        if session.asked.get(same) == call_id:
-            del session.asked[same]  # it ran: the same arguments again are a new call
-        return result_of(outcome)
+        if isinstance(got, Waiting):
+            session.asked[same] = call_id
+            return approval_wait(got.signal, call_id)
+        if isinstance(got, Ran):
+            if session.asked.get(same) == call_id:
+                del session.asked[same]  # it ran: the same arguments again are a new call
+            return result_of(got.outcome)
+        return error_result(f"tether: {got.error}")
 
     def _gate(self) -> Gate:
         if self.gate is None:
@@ -442,7 +446,7 @@ class Gateway:
         digest) pair that names "the same call" in this session."""
         raw = str(request_id)
         own = "mcp-" + (raw if _SAFE_ID.match(raw) else sha256_hex(raw)[:32])
-        same = (name, "sha256:" + sha256_hex(canonical_json(arguments)))
+        same = (name, self._argument_digest(caller, name, arguments))
         session = self._session(run_id)
         alias = session.aliases.get(own)
         if alias is not None:
@@ -456,6 +460,17 @@ class Gateway:
                 return own, same
         session.aliases[own] = asked
         return asked, same
+
+    def _argument_digest(self, caller: Caller, name: str, arguments: dict[str, Any]) -> str:
+        """The arguments' digest as the gate binds them (the caller's tenant filled in where
+        the tool takes it), so it names the same call as the approvals the store holds."""
+        tool = self._gate().registry.find(name)
+        parts = tool.manifest.tenant_parts if tool is not None else None
+        if parts is not None:
+            # Arguments the gate refuses anyway are digested as sent.
+            with contextlib.suppress(Exception):
+                arguments = fill_tenant(arguments, parts, caller.principal.tenant)
+        return "sha256:" + sha256_hex(canonical_json(arguments))
 
     def _session(self, run_id: str) -> _Session:
         """The session's calls waiting on approvals: read from the store the first time
