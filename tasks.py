@@ -89,6 +89,7 @@ def bench(args: list[str]) -> None:
         "bench_adapters.py",
         "bench_dataflow.py",
         "bench_mcp.py",
+        "bench_event_loop.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():

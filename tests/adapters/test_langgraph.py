@@ -702,7 +702,7 @@ def test_under_ainvoke_a_slow_tool_never_blocks_the_event_loop(
     assert tool_messages(done)["call-read"].content == "contents of a.txt"
     assert reads(tmp_path) == ["read_file a.txt"]
     # Blocked, the loop would stall for the tool's whole 0.5 s; the margin is for a noisy
-    # machine (bench/bench_adapters.py measures the stall itself).
+    # machine (bench/bench_event_loop.py measures the stall itself).
     assert stall < 0.25, f"the event loop stalled {stall * 1000:.0f} ms"
 
 
