@@ -329,6 +329,13 @@ class SQLiteStore(SQLStore):
                     )
                 self.migrate()
             self._attach_keys(keys)
+        except sqlite3.DatabaseError as e:
+            self._conn.close()
+            raise StoreUnavailable(
+                f"{os.path.abspath(self.path)} cannot be read as a tether store ({e}): it is "
+                "corrupt, truncated or not a SQLite file; restore it from a backup, or point "
+                "--db (or $TETHER_DB) at the right file"
+            ) from None
         except BaseException:
             self._conn.close()
             raise
@@ -434,12 +441,26 @@ class SQLiteStore(SQLStore):
             self._conn.execute("BEGIN")
             try:
                 yield SQLiteTx(self._conn, self.keys)
+            except sqlite3.DatabaseError as e:
+                raise self._unreadable(e) from None
             finally:
                 self._conn.execute("ROLLBACK")
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as e:
+                raise self._unreadable(e) from None
+
+    def _unreadable(self, error: sqlite3.DatabaseError) -> StoreError:
+        """A read the file could not answer: one line naming it, never a traceback."""
+        if isinstance(error, sqlite3.OperationalError):  # locked, busy, I/O: the driver says
+            return StoreError(f"{self.path}: {error}; try again shortly")
+        return StoreUnavailable(
+            f"{os.path.abspath(self.path)} cannot be read ({error}): the file is corrupt or "
+            "truncated; restore it from a backup (`tether audit verify` checks the copy)"
+        )
 
     @contextmanager
     def _read_snapshot(self) -> Iterator[Callable[[str], Iterator[tuple[Any, ...]]]]:
@@ -459,6 +480,8 @@ class SQLiteStore(SQLStore):
                 self._conn.execute("BEGIN")
             try:
                 yield stream
+            except sqlite3.DatabaseError as e:
+                raise self._unreadable(e) from None
             finally:
                 for cursor in cursors:
                     cursor.close()
