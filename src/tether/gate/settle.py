@@ -149,7 +149,9 @@ def _recordable(raw: Any) -> tuple[Any, str | None, str | None]:
             import pydantic_core  # rich values only; the import costs start-up time
 
             value = pydantic_core.to_jsonable_python(value)
-        canonical_json(value)  # NaN, infinities and cycles fail here, not in the store
+        # NaN, infinities, cycles, huge integers and lone surrogates fail here, not in the
+        # store after the tool has run.
+        canonical_json(value).encode("utf-8")
         if reference is not None and not isinstance(reference, str):
             reference = str(reference)
         return value, reference, None

@@ -15,6 +15,10 @@ from typing import Any
 
 MAX_DEPTH = 32
 MAX_NODES = 100_000
+# Python refuses to print an integer of more than 4,300 digits (int_max_str_digits), so JSON
+# cannot hold one; ~14,284 bits is where that starts.
+MAX_INT_DIGITS = 4300
+MAX_INT_BITS = 14_284
 
 
 def argument_problems(
@@ -34,12 +38,20 @@ def argument_problems(
         if depth > max_depth:
             return [f"{where}: nested deeper than {max_depth} levels"]
         kind = type(value)
-        if kind is str or kind is int or kind is bool or value is None:
+        if kind is str:
+            if not value.isascii() and _not_text(value):
+                problems.append(f"{where}: holds a lone surrogate, which is not text")
+            continue
+        if kind is int:
+            if value.bit_length() > MAX_INT_BITS:
+                problems.append(f"{where}: an integer of more than {MAX_INT_DIGITS} digits")
+            continue
+        if kind is bool or value is None:
             continue  # the commonest values, and fine: skip the ABC checks below
         if isinstance(value, Mapping):
             for key, item in value.items():
-                if not isinstance(key, str):
-                    problems.append(f"{where}: key {key!r} is not a string")
+                if not isinstance(key, str) or (not key.isascii() and _not_text(key)):
+                    problems.append(f"{where}: key {key!r} is not a string of text")
                     continue
                 stack.append((item, key if where == "(arguments)" else f"{where}/{key}", depth + 1))
         elif isinstance(value, list | tuple):
@@ -50,3 +62,12 @@ def argument_problems(
         elif value is not None and not isinstance(value, str | int | bool):
             problems.append(f"{where}: a {type(value).__name__} is not a JSON value")
     return problems
+
+
+def _not_text(value: str) -> bool:
+    """Whether ``value`` holds a lone surrogate, which UTF-8 (and so the store) cannot hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
