@@ -322,6 +322,30 @@ def test_keyboard_interrupt_in_a_handler_leaves_the_effect_dispatched(store: Sto
     assert_audit_intact(store)
 
 
+class Abort(BaseException):
+    """A tool's own BaseException subclass (not an Exception)."""
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0], ids=["in the caller", "in the tool thread"])
+@pytest.mark.parametrize("raised", [SystemExit(0), Abort("stop")], ids=["sys.exit(0)", "Abort"])
+def test_a_tool_that_exits_or_raises_a_base_exception_fails_its_call(
+    store: Store, raised: BaseException, timeout_s: float | None
+) -> None:
+    # The tool ran and ended the call its own way: recorded as failed (never left
+    # dispatched, never escaping to end the process with the run left running).
+    handler = Handler(raise_(raised))
+    gate = make_gate(store, handler, timeout_s=timeout_s)
+    run_id = gate.start_run(PRINCIPAL)
+    call = ToolCall(call_id="c1", tool=TOOL, arguments={"n": 1})
+    with pytest.raises(ToolFailed):
+        gate.call(run_id, call)
+    assert the_effect(store, run_id, "c1").status is EffectStatus.FAILED
+    with pytest.raises(ToolFailed):  # replayed from the ledger, not run again
+        gate.call(run_id, call)
+    assert handler.calls == 1
+    assert_audit_intact(store)
+
+
 # -- store writes that fail --------------------------------------------------------------------
 @pytest.mark.parametrize("at", ["begin", "commit"])
 @pytest.mark.parametrize("make_error", STORE_FAULTS)

@@ -278,11 +278,11 @@ class Gate:
         error: BaseException | None = None
         try:
             raw = invoke(plan.tool, plan.arguments, plan.effect.operation_key)
-        except Exception as e:
-            error = e
-        except BaseException:
+        except (KeyboardInterrupt, GeneratorExit):
             stop_running(plan.effect.operation_key)  # interrupted: left dispatched, unmarked
             raise
+        except BaseException as e:  # SystemExit and the like too: the call failed, recorded so
+            error = e
         try:
             return self._settle(plan, started, index, raw, error)
         finally:
@@ -325,11 +325,11 @@ class Gate:
             finally:
                 stop_running(key)
             raise
-        except Exception as e:
-            error = e
-        except BaseException:
+        except (KeyboardInterrupt, GeneratorExit):
             stop_running(key)
             raise
+        except BaseException as e:  # SystemExit and the like too: the call failed
+            error = e
         try:
             return self._settle(plan, started, index, raw, error)
         finally:
