@@ -108,6 +108,14 @@ def run() -> None:
         except ValueError as e:
             click.echo(f"error: {CRASH_ENV}: {e}", err=True)
             sys.exit(2)
+    garbled = not_text(sys.argv[1:])
+    if garbled is not None:
+        # Python hands undecodable bytes over as lone surrogates, which no store, log or
+        # terminal can hold: refused here, before any command sees them.
+        click.echo(
+            f"error: argument {garbled} is not UTF-8 text; pass ids and names as typed", err=True
+        )
+        sys.exit(2)
     try:
         code = main(standalone_mode=False)
     except click.Abort:
@@ -127,3 +135,13 @@ def run() -> None:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def not_text(args: list[str]) -> str | None:
+    """The first argument that holds bytes which are not UTF-8, shown escaped; None if none."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return ascii(arg)
+    return None

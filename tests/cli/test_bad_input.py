@@ -1,5 +1,6 @@
-"""A store file that is not what it should be — garbage, a truncated copy — gives one line
-naming the file and what to do, from every command that reads it, never a traceback."""
+"""Bad input gives one line saying what is wrong and what to do, never a traceback: a store
+file that is not what it should be (garbage, a truncated copy), from every command that reads
+it; command-line arguments that are not UTF-8 text, from every command."""
 
 from __future__ import annotations
 
@@ -40,3 +41,25 @@ def test_a_damaged_store_gives_one_line_naming_the_file(
     damage(db)
     out = Cli(tmp_path)(*command)
     assert_one_line_error(out, str(db), "restore it from a backup")
+
+
+NOT_UTF8 = os.fsdecode(b"\xff\xfe")  # what Python makes of bytes that are not UTF-8
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("approvals", "show", NOT_UTF8),
+        ("runs", "show", NOT_UTF8),
+        ("approvals", "list", "--run", NOT_UTF8),
+        ("audit", "log", "--run", NOT_UTF8),
+        ("runs", "cancel", NOT_UTF8),
+    ],
+    ids=["approvals show", "runs show", "approvals list", "audit log", "runs cancel"],
+)
+def test_arguments_that_are_not_utf8_are_refused_in_one_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    cli = Cli(tmp_path)
+    cli("migrate")
+    assert_one_line_error(cli(*command), "is not UTF-8 text")
