@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import Backend
 from tether.core.ledger import EffectStatus
 from tether.core.principal import Principal
-from tether.errors import InvalidArguments
+from tether.core.verdicts import Verdict
+from tether.errors import Denied, InvalidArguments
 from tether.gate.pipeline import Gate, ToolCall
 from tether.policy.rules import Policy
 from tether.tools.registry import Registry, Risk
@@ -79,4 +80,28 @@ def test_an_unstorable_result_is_recorded_with_a_note_never_lost(
     assert effect.status is EffectStatus.COMMITTED
     assert gate.call(run_id, call).replayed  # asked again: the ledger answers, no second run
     assert ran == [kind]
+    assert backend.store.verify_audit().intact
+
+
+@pytest.mark.parametrize("limit", [10, None], ids=["refused by the schema", "denied"])
+def test_a_huge_argument_is_recorded_capped_with_its_digest(
+    backend: Backend, limit: int | None
+) -> None:
+    from tether.policy.constraints import ToolRule
+    from tether.tools.registry import Manifest
+
+    schema: dict[str, Any] = {"type": "object", "properties": {"x": {"type": "string"}}}
+    if limit is not None:
+        schema["properties"]["x"]["maxLength"] = limit
+    registry = Registry()
+    registry.add(Manifest(name="put", parameters=schema, risk=Risk.READ), lambda **_: "ok")
+    rules = {} if limit is not None else {"put": ToolRule(verdict=Verdict.DENY)}
+    gate = Gate(registry, Policy(version="p1", tools=rules), backend.store)
+    run_id = gate.start_run(Principal(subject="u", tenant="t"))
+    big = "x" * 10_000_000
+    with pytest.raises((Denied, InvalidArguments)) as refused:
+        gate.call(run_id, ToolCall(call_id="c1", tool="put", arguments={"x": big}))
+    assert len(str(refused.value)) < 2_000  # what the model reads is capped too
+    entries = list(backend.store.audit_entries())
+    assert max(len(e.body) for e in entries) < 70_000, [len(e.body) for e in entries]
     assert backend.store.verify_audit().intact

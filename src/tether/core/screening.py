@@ -315,3 +315,16 @@ def screen_result(result: Any, max_bytes: int) -> ScreenedResult:
             + text
         )
     return ScreenedResult(text, truncated, tuple(flags))
+
+
+AUDITED_ARGUMENTS_MAX = 64 * 1024  # bytes of a call's arguments an audit entry keeps
+
+
+def audited(safe_arguments: Any, arguments_json: str, argument_digest: str) -> Any:
+    """A call's (redacted) arguments as an audit entry keeps them: whole up to 64 KiB; above
+    that their size and digest (the effect and the approval bind the digest), so a 10 MB
+    argument is not a 10 MB entry in the log of every call that carries it."""
+    size = len(arguments_json.encode())
+    if size <= AUDITED_ARGUMENTS_MAX:
+        return safe_arguments
+    return {"capped": True, "bytes": size, "argument_digest": argument_digest}

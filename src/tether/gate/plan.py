@@ -44,7 +44,14 @@ from tether.core.digest import evolve
 from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Principal
-from tether.core.screening import redact, screen_arguments, screen_result, scrub, secret_values
+from tether.core.screening import (
+    audited,
+    redact,
+    screen_arguments,
+    screen_result,
+    scrub,
+    secret_values,
+)
 from tether.core.verdicts import Verdict
 from tether.errors import (
     ApprovalDenied,
@@ -319,7 +326,10 @@ def _judge(
     safe_args, redactions = redact(arguments, manifest.sensitive_fields)
     flags = screen_arguments(arguments, size=len(binding.arguments_json.encode()))
     decision = decide(policy, state.principal, manifest, arguments, flags, provenance)
-    base.update(tool_version=manifest.version, arguments=safe_args)
+    base.update(
+        tool_version=manifest.version,
+        arguments=audited(safe_args, binding.arguments_json, binding.argument_digest),
+    )
     if decision.verdict is Verdict.DENY:
         denied = PolicyDenied(call.tool, decision.reasons, decision.policy_version)
         return refuse("call_denied", denied, decision=decision.to_dict())

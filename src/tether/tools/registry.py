@@ -255,10 +255,12 @@ class Tool:
             return
         if self.validator.is_valid(instance):  # valid after all, without collecting errors
             return
+        # jsonschema quotes the offending value: a 10 MB string would make a 10 MB message,
+        # which the model reads and the audit log keeps. Each problem is capped.
         problems = [
-            f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
+            _capped(f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}")
             for e in sorted(self.validator.iter_errors(instance), key=lambda e: e.path)
-        ]
+        ][:20]
         if problems:
             raise InvalidArguments(self.name, problems)
 
@@ -427,3 +429,12 @@ class Registry:
             ToolSpec(name=m.name, description=m.description, parameters=m.parameters)
             for m in self.manifests()
         ]
+
+
+PROBLEM_MAX = 300  # characters of one argument problem, as shown and recorded
+
+
+def _capped(text: str) -> str:
+    if len(text) <= PROBLEM_MAX:
+        return text
+    return f"{text[: PROBLEM_MAX - 40]}... ({len(text)} characters, cut)"
