@@ -302,6 +302,10 @@ def test_reveal_needs_a_credential_for_the_tenant_and_is_audited(cli: Cli) -> No
     assert_one_line_error(out, "approver credential")
     out = cli.as_approver("reviewer-5", "approvals", "show", approval_id, "--reveal", tenant="x")
     assert_one_line_error(out, "not valid for tenant acme")
+    # An approver of the tenant whom the request does not name sees nothing in clear.
+    out = cli.as_approver("auditor-2", "approvals", "show", approval_id, "--reveal")
+    assert_one_line_error(out, "is not an approver of approval")
+    assert "4242-9876" not in out.stdout
     shown = cli.ok_as("reviewer-5", "approvals", "show", approval_id, "--reveal", "--json")
     assert shown["arguments"]["pin"] == "4242-9876"
     with sqlite3.connect(cli.tmp / "t.db") as c:
@@ -382,6 +386,13 @@ def test_effects_resolve_refuses_contradictions_and_bad_json(cli: Cli) -> None:
         "reviewer-5", "effects", "resolve", key, "--absent", tenant="globex"
     )
     assert_one_line_error(elsewhere, "acme")
+    # An approver of the tenant the policy does not name for the tool, and the requester's
+    # own approver credential, cannot say it did not happen (and so have it sent again).
+    outsider = cli.as_approver("auditor-2", "effects", "resolve", key, "--absent")
+    assert_one_line_error(outsider, "may not resolve", "reviewer-5")
+    [run] = cli.ok("runs", "list", "--json")
+    requester = cli.as_approver(run["principal_id"], "effects", "resolve", key, "--absent")
+    assert_one_line_error(requester, "may not resolve")
     [effect] = [e for e in cli.ok("effects", "list", "--json") if e["operation_key"] == key]
     assert effect["status"] == "dispatched"  # nothing was settled by a guess
     done = cli.ok(

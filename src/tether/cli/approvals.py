@@ -163,6 +163,14 @@ def _record_reveal(store: Store, approval: Approval, who: Identity) -> None:
             f"{who.name}'s credential is not valid for tenant {approval.tenant}, so it cannot "
             f"reveal approval {approval.approval_id}; ask an approver of that tenant"
         )
+    # Only who may decide the call may see what it carries: an approver the request names,
+    # never the one who asked.
+    if who.name not in approval.approvers or who.name == approval.actor:
+        raise ApproverNotAuthorized(
+            f"{who.name} is not an approver of approval {approval.approval_id} (its approvers: "
+            f"{', '.join(sorted(approval.approvers)) or 'none'}), so cannot reveal its "
+            "arguments; ask one of them"
+        )
     fields = approval.public_dict()["redacted"]
     with store.transaction() as tx:
         tx.append_audit(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import Col, age, echo_json, table
 from tether.cli.shared import (
+    APP_OPTION,
     EFFECT_STATUSES,
+    app_for_run,
     approver,
     approver_options,
     check_tenant,
@@ -18,6 +20,12 @@ from tether.cli.shared import (
     look,
     open_store,
 )
+
+if TYPE_CHECKING:
+    from tether.core.ledger import Effect
+    from tether.core.principal import Identity
+    from tether.store.base import Store
+    from tether.store.rows import RunRecord
 
 
 @click.group()
@@ -88,6 +96,7 @@ def effect_row(row: dict[str, Any]) -> dict[str, Any]:
 @click.option("--committed", is_flag=True, help="It happened.")
 @click.option("--absent", is_flag=True, help="It did not happen.")
 @click.option("--result", "result_json", default=None, help="What it returned, as JSON.")
+@APP_OPTION
 @approver_options
 def effects_resolve(
     db: str,
@@ -96,6 +105,7 @@ def effects_resolve(
     committed: bool,
     absent: bool,
     result_json: str | None,
+    app_ref: str | None,
     token_file: str | None,
     asserted: str | None,
 ) -> None:
@@ -116,6 +126,8 @@ def effects_resolve(
             run = tx.get_run(effect.run_id) if effect is not None else None
         if run is not None:
             check_tenant(who, run.tenant_id, "resolve effects of")
+        if effect is not None and run is not None:
+            _check_resolver(store, effect, run, who, app_ref)
         settled = resolve_effect(
             store,
             operation_key,
@@ -130,6 +142,28 @@ def effects_resolve(
         click.echo(
             f"{operation_key}: {settled.status.value}; continue the run with "
             "`tether recover --app MODULE:ATTR`"
+        )
+
+
+def _check_resolver(
+    store: Store, effect: Effect, run: RunRecord, who: Identity, app_ref: str | None
+) -> None:
+    """Saying whether a side effect happened decides whether it is sent again: an approval,
+    so only an approver the policy names for that tool, and never the requester, may."""
+    from tether.errors import ApproverNotAuthorized
+
+    with store.read() as tx:
+        asked = tx.find_approval(run.run_id, effect.call_id)
+    if asked is not None:
+        approvers = frozenset(asked.approvers)  # as the policy named them for this call
+    else:
+        app, _ = app_for_run(store, run.run_id, app_ref)  # the policy in force names them
+        approvers = app.policy.approvers_for(effect.tool_name) if app.policy else frozenset()
+    if who.name not in approvers or who.name == run.principal_id:
+        raise ApproverNotAuthorized(
+            f"{who.name} may not resolve {effect.operation_key}: only an approver the policy "
+            f"names for '{effect.tool_name}' ({', '.join(sorted(approvers)) or 'none'}), "
+            "never the requester, says whether it happened"
         )
 
 
