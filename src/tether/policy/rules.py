@@ -18,7 +18,7 @@ from tether.core.verdicts import SEVERITY, Verdict
 from tether.errors import ConfigurationError
 from tether.policy.constraints import DEFAULT_TIERS, ToolRule
 from tether.tools.registry import Manifest, Risk
-from tether.tools.tenancy import is_missing, tenant_at
+from tether.tools.tenancy import is_missing, tenant_at, tenant_like_values
 
 if TYPE_CHECKING:
     from tether.policy.flow import FlowPolicy
@@ -215,17 +215,26 @@ def _denials(
 def _tenant_denials(
     principal: Principal, manifest: Manifest, arguments: Mapping[str, Any]
 ) -> list[str]:
+    if manifest.tenant_scoped is False:
+        return []  # declared not tenant-scoped: its tenant-looking arguments are its data
     path = manifest.tenant_parts
-    if path is None:
-        return []
-    value = tenant_at(arguments, path)
-    if is_missing(value):
-        # The gate fills a missing tenant from the principal, so only a caller that skipped
-        # that step gets here; without a tenant the call cannot be bound to one.
-        return [f"argument {manifest.tenant_path} (the tenant) is missing"]
-    if value != principal.tenant:
-        return [
-            f"argument {manifest.tenant_path} {value!r} is not the principal's "
-            f"tenant {principal.tenant!r}"
-        ]
-    return []
+    found: list[str] = []
+    if path is not None:
+        value = tenant_at(arguments, path)
+        if is_missing(value):
+            # The gate fills a missing tenant from the principal, so only a caller that
+            # skipped that step gets here; without a tenant the call cannot be bound to one.
+            return [f"argument {manifest.tenant_path} (the tenant) is missing"]
+        if value != principal.tenant:
+            found.append(
+                f"argument {manifest.tenant_path} {value!r} is not the principal's "
+                f"tenant {principal.tenant!r}"
+            )
+    for where, value in tenant_like_values(arguments, path):
+        named = value if isinstance(value, list) else [value]
+        if any(v != principal.tenant for v in named if not is_missing(v)):
+            found.append(
+                f"argument {where} {value!r} names a tenant other than the principal's "
+                f"{principal.tenant!r}"
+            )
+    return found

@@ -7,7 +7,11 @@ argument and says neither is refused at registration, because guessing ("an argu
 
 At call time the gate fills a missing tenant from the principal — never from the tool's
 default, which may belong to someone else — and the policy denies a tenant that is not the
-principal's, wherever the path puts it. All of this is pure.
+principal's, wherever the path puts it. Any other tenant-looking key in the arguments, at any
+depth (a ``target_tenant`` beside the declared path, a ``tenant`` inside a free-form object),
+must name the principal's tenant too: checked at call time rather than refused at
+registration, because a free-form object's keys are only known when it arrives. A tool
+declared ``tenant_scoped=False`` is exempt. All of this is pure.
 """
 
 from __future__ import annotations
@@ -87,6 +91,27 @@ def _property_paths(
 
 
 _MISSING = object()
+
+
+def tenant_like_values(
+    arguments: Mapping[str, Any], declared: tuple[str, ...] | None
+) -> Iterator[tuple[str, Any]]:
+    """Every value under a tenant-looking key in ``arguments``, at any depth, free-form
+    objects and lists included, except at the ``declared`` tenant path: (dotted path, value).
+    A ``target_tenant`` beside the declared ``tenant``, or ``{"query": {"tenant": ...}}`` in
+    a free-form object, names a tenant the policy must see."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(arguments, ())]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                here = (*where, str(key))
+                if TENANT_LIKE.search(str(key)) and here != declared:
+                    yield ".".join(here), value
+                if isinstance(value, Mapping | list):
+                    stack.append((value, here))
+        elif isinstance(node, list):
+            stack.extend((item, where) for item in node if isinstance(item, Mapping | list))
 
 
 def tenant_at(arguments: Mapping[str, Any], path: tuple[str, ...]) -> Any:
