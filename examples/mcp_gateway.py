@@ -68,8 +68,11 @@ async def agent(tmp: Path, env: dict[str, str]) -> int:
         asked = await client.call_tool("write_note", args)
         approval = (asked.meta or {})["io.tether/approval"]["approval_id"]
         print("write:", asked.content[0].text.split(".")[0])  # type: ignore[union-attr]
+        # Naming an approver is an administrator's decision: the store's first admin first.
+        admin = subprocess.check_output([*tether, "admins", "add", "root"], env=env, text=True)
         add = [*tether, "approvers", "add", "alice", "--tenant", "acme"]
-        token = subprocess.check_output(add, env=env, text=True).strip().splitlines()[-1]
+        as_admin = {**env, "TETHER_ADMIN_TOKEN": admin.strip().splitlines()[-1]}
+        token = subprocess.check_output(add, env=as_admin, text=True).strip().splitlines()[-1]
         decide = [*tether, "approvals", "approve", approval]
         subprocess.run(decide, env={**env, "TETHER_APPROVER_TOKEN": token}, check=True)
         done = await client.call_tool("write_note", args)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # store.base imports approvals, which imports this module's t
 TOKEN_ENV: Mapping[Kind, str] = {
     "approver": "TETHER_APPROVER_TOKEN",
     "principal": "TETHER_PRINCIPAL_TOKEN",
+    "admin": "TETHER_ADMIN_TOKEN",
 }
 _ID_PREFIX = "cred"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+\-]{0,127}")
@@ -77,7 +78,8 @@ def refused(kind: Kind | None) -> CredentialRefused:
     what = f"{kind} credential" if kind else "credential"
     return CredentialRefused(
         f"the {what} was not accepted (unknown, revoked or malformed); "
-        f"ask an administrator for a new one (tether {kind or 'approver'}s add NAME --tenant T)",
+        f"ask an administrator for a new one (tether {kind or 'approver'}s add NAME"
+        f"{'' if kind == 'admin' else ' --tenant T'})",
         reasons=("credential refused",),
     )
 
@@ -140,7 +142,7 @@ def identity_of(record: CredentialRecord, *, via: str = "token") -> Identity:
         raise IdentityError(f"credential {record.credential_id} has unknown kind {kind!r}")
     return Identity(
         name=record.name,
-        kind="approver" if kind == "approver" else "principal",
+        kind=kind,
         tenants=frozenset(data.get("tenants", ())),
         any_tenant=bool(data.get("any_tenant", False)),
         scopes=frozenset(data.get("scopes", ())),
@@ -169,6 +171,12 @@ def check_registration(
             )
         if scopes:
             raise IdentityError("scopes belong to principals; an approver has none")
+    elif kind == "admin":
+        if tenants or any_tenant or scopes:
+            raise IdentityError(
+                f"an administrator registers identities for every tenant; {name} takes no "
+                "--tenant or scopes"
+            )
     elif any_tenant or len(tenants) != 1:
         raise IdentityError(f"a principal acts in exactly one tenant; give {name} one --tenant T")
 
@@ -294,9 +302,10 @@ def require_token(kind: Kind, token_file: str | None, action: str) -> str:
     """The presented token, or a refusal saying how to get one."""
     token = read_token(kind, token_file)
     if token is None:
+        how = "NAME" if kind == "admin" else "NAME --tenant T"
         raise CredentialMissing(
             f"{action} needs an {kind} credential: register one with "
-            f"`tether {kind}s add NAME --tenant T`, then set {TOKEN_ENV[kind]} "
+            f"`tether {kind}s add {how}`, then set {TOKEN_ENV[kind]} "
             "(or pass --token-file)",
             reasons=("no credential",),
         )

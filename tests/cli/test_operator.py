@@ -490,3 +490,30 @@ def test_exit_codes_are_documented() -> None:
     doc = tether.cli.__doc__ or ""
     for code in ("0    done", "1    the answer is no", "2    could not do what was asked"):
         assert code in doc
+
+
+def test_naming_an_approver_or_a_principal_is_an_administrators_decision(cli: Cli) -> None:
+    # Without an admin credential (the requester's own shell, an approver's credential),
+    # nobody can be named; the first administrator is made once, on a store with none.
+    out = cli.raw("approvers", "add", "boss", "--tenant", "acme")
+    assert_one_line_error(out, "no administrator yet", "tether admins add NAME")
+    admin = cli.admin()
+    assert_one_line_error(cli.raw("admins", "add", "intruder"), "admin credential")
+    approver = cli.token()  # named by the administrator
+    for token in (approver, "tth_not-a-credential"):
+        out = cli.raw("approvers", "add", "boss", "--tenant", "acme", TETHER_ADMIN_TOKEN=token)
+        assert_one_line_error(out, "not accepted")
+        out = cli.raw(
+            "principals", "add", "mallory", "--tenant", "acme", "--scopes", "*",
+            TETHER_ADMIN_TOKEN=token,
+        )  # fmt: skip
+        assert_one_line_error(out, "not accepted")
+    names = [a["name"] for a in cli.ok("approvers", "list", "--json")]
+    assert names == ["reviewer-5"]
+    # An administrator names, and is the actor the log records.
+    second = cli.raw("admins", "add", "second-admin", TETHER_ADMIN_TOKEN=admin)
+    assert second.returncode == 0, second.stderr
+    with sqlite3.connect(cli.tmp / "t.db") as c:
+        bodies = [json.loads(r[0]) for r in c.execute("SELECT body FROM audit_log")]
+    added = [b for b in bodies if b["kind"] == "credential_added"]
+    assert [b["actor"] for b in added][-2:] == ["test-admin", "test-admin"]

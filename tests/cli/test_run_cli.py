@@ -31,7 +31,23 @@ class Cli:
         env["TETHER_DEMO_WORLD"] = str(self.tmp / "world.db")
         return env
 
+    def admin(self) -> str:
+        """The store's first administrator's credential (made on first use), which names
+        approvers and principals: `tether admins add` on a store with none."""
+        if ("admin", "") not in self.tokens:
+            out = self.raw("admins", "add", "test-admin")
+            assert out.returncode == 0, out.stderr
+            self.tokens["admin", ""] = out.stdout.strip().splitlines()[-1]
+        return self.tokens["admin", ""]
+
     def __call__(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        # Registering and revoking approvers and principals is an administrator's decision:
+        # commands that do it carry the test's administrator unless a test says otherwise.
+        if args[:1] in (("approvers",), ("principals",)) and args[1:2] in (("add",), ("revoke",)):
+            env.setdefault("TETHER_ADMIN_TOKEN", self.admin())
+        return self.raw(*args, **env)
+
+    def raw(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "tether", *args],
             cwd=self.tmp,

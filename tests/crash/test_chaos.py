@@ -51,10 +51,21 @@ def approver_token(d: Path, env: dict[str, str]) -> str:
     shell needs one: a typed name is not an identity)."""
     saved = d / "reviewer-5.token"
     if not saved.exists():
-        out = subprocess.run(
-            [sys.executable, "-m", "tether", "approvers", "add", "reviewer-5", "--tenant", "acme"],
+        tether = [sys.executable, "-m", "tether"]
+        first = subprocess.run(
+            [*tether, "admins", "add", "chaos-admin"],
             cwd=d,
             env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        admin = first.stdout.strip().splitlines()[-1]
+        out = subprocess.run(
+            [*tether, "approvers", "add", "reviewer-5", "--tenant", "acme"],
+            cwd=d,
+            env={**env, "TETHER_ADMIN_TOKEN": admin},
             capture_output=True,
             text=True,
             timeout=60,

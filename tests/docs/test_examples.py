@@ -302,7 +302,16 @@ def test_readme_app_runs_and_waits_for_an_approver(tmp_path: Path) -> None:
     run_id = re.search(r"run (run-[0-9a-f]+): awaiting_approval", started)
     approval_id = re.search(r"(apr-[0-9a-f]+)", started)
     assert run_id and approval_id, started
-    token = tether(tmp_path, "approvers", "add", "ops-lead", "--tenant", "acme").strip()
+    admin = tether(tmp_path, "admins", "add", "root").strip().splitlines()[-1]
+    token = tether(
+        tmp_path,
+        "approvers",
+        "add",
+        "ops-lead",
+        "--tenant",
+        "acme",
+        env={"TETHER_ADMIN_TOKEN": admin},
+    ).strip()
     decided = tether(
         tmp_path, "approvals", "approve", approval_id[1], env={"TETHER_APPROVER_TOKEN": token}
     )

@@ -41,7 +41,11 @@ def test_serve_resumes_a_run_decided_through_the_api(tmp_path: Path) -> None:
         .strip()
         .splitlines()[-1]
     )
-    token = tether("approvers", "add", "reviewer-5", "--tenant", "acme", env=env, cwd=tmp_path)
+    admin = tether("admins", "add", "root", env=env, cwd=tmp_path).strip().splitlines()[-1]
+    env_admin = {**env, "TETHER_ADMIN_TOKEN": admin}
+    token = tether(
+        "approvers", "add", "reviewer-5", "--tenant", "acme", env=env_admin, cwd=tmp_path
+    )
     token = token.strip().splitlines()[-1].strip()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -29,7 +29,7 @@ import click
 from tether.cli.admin import debug, demo, migrate
 from tether.cli.approvals import approvals
 from tether.cli.effects import effects
-from tether.cli.identities import approvers, principals
+from tether.cli.identities import admins, approvers, principals
 from tether.cli.runs import recover_command, run_command, runs, worker_command
 
 # Command groups defined elsewhere, loaded only when used: ``tether.cli.audit`` imports the
@@ -83,6 +83,7 @@ def main() -> None:
 for _command in (
     demo,
     migrate,
+    admins,
     approvers,
     principals,
     effects,

@@ -1,4 +1,11 @@
-"""``tether approvers`` and ``tether principals``: register, list and revoke credentials."""
+"""``tether admins``, ``tether approvers`` and ``tether principals``: register, list and
+revoke credentials.
+
+Naming who may approve, or whom a run may act for, is itself a decision: every add and revoke
+of an approver or principal takes an administrator's credential (``TETHER_ADMIN_TOKEN``),
+and is audited as that administrator's. The first administrator is made once, by
+``tether admins add NAME`` on a store that has none; later ones only by an administrator. An
+agent's process holds a principal credential, which mints nothing."""
 
 from __future__ import annotations
 
@@ -9,11 +16,20 @@ import click
 
 from tether.cli.common import DB_OPTION, JSON_OPTION
 from tether.cli.output import Col, age, echo_json, note, table, when
-from tether.cli.shared import TOKEN_ENV, Kind, look, open_store, operator, parse_scopes
+from tether.cli.shared import (
+    TOKEN_ENV,
+    Kind,
+    look,
+    open_store,
+    operator,
+    parse_scopes,
+    token_file_option,
+)
 
 if TYPE_CHECKING:
     from tether.core.principal import Identity
     from tether.identity import Registered
+    from tether.store.base import Store
 
 
 def _print_credential(identity: Identity, token: str) -> None:
@@ -56,13 +72,93 @@ def _row(r: Registered) -> list[str]:
     return [*row, age(r.created_at), state]
 
 
-def _revoke(db: str, kind: Kind, name_or_id: str) -> None:
+def admin(store: Store, token_file: str | None, action: str) -> Identity:
+    """The administrator whose credential this command presents, or a refusal saying how to
+    get one (the first is made by ``tether admins add NAME`` on a store that has none)."""
+    from tether.errors import CredentialMissing
+    from tether.identity import authenticate, list_identities, read_token
+
+    token = read_token("admin", token_file)
+    if token is None:
+        first = not any(r.revoked_at is None for r in list_identities(store, "admin"))
+        hint = (
+            "this store has no administrator yet: make the first with `tether admins add NAME`"
+            if first
+            else "ask an administrator for theirs, or to do it"
+        )
+        raise CredentialMissing(
+            f"{action} is an administrator's decision and needs an admin credential in "
+            f"TETHER_ADMIN_TOKEN (or --token-file); {hint}",
+            reasons=("no credential",),
+        )
+    return authenticate(store, token, "admin")
+
+
+def _revoke(db: str, kind: Kind, name_or_id: str, token_file: str | None) -> None:
     from tether.identity import revoke_identity
 
     with open_store(db, create=False) as store:
-        revoked = revoke_identity(store, name_or_id, kind, now=time.time(), actor=operator())
+        who = admin(store, token_file, f"revoking {kind}s")
+        if kind == "admin":
+            _keep_one_admin(store, name_or_id)
+        revoked = revoke_identity(store, name_or_id, kind, now=time.time(), actor=who.name)
     for identity in revoked:
         click.echo(f"revoked {kind} {identity.name} ({identity.credential_id})")
+
+
+def _keep_one_admin(store: Store, name_or_id: str) -> None:
+    from tether.errors import IdentityError
+    from tether.identity import list_identities
+
+    active = [r.identity for r in list_identities(store, "admin") if r.revoked_at is None]
+    left = [i for i in active if name_or_id not in (i.name, i.credential_id)]
+    if active and not left:
+        raise IdentityError(
+            f"revoking {name_or_id} would leave no administrator; add another first "
+            "(`tether admins add NAME` with your admin credential)"
+        )
+
+
+@click.group()
+def admins() -> None:
+    """Register, list and revoke administrators: who may name approvers and principals."""
+
+
+@admins.command("add")
+@DB_OPTION
+@click.argument("name")
+@token_file_option("admin")
+def admins_add(db: str, name: str, token_file: str | None) -> None:
+    """Register administrator NAME; prints their new credential (once) on the last line.
+
+    On a store with no administrator this makes the first one, with no credential needed
+    (whoever can run it on that store is trusted once); afterwards it takes an
+    administrator's credential."""
+    from tether.identity import add_identity, check_registration, list_identities
+
+    check_registration(name, "admin", frozenset(), False, frozenset())
+    with open_store(db, create=True) as store:
+        active = [r for r in list_identities(store, "admin") if r.revoked_at is None]
+        actor = admin(store, token_file, "adding an administrator").name if active else operator()
+        identity, token = add_identity(store, name, "admin", now=time.time(), actor=actor)
+    _print_credential(identity, token)
+
+
+@admins.command("list")
+@DB_OPTION
+@JSON_OPTION
+def admins_list(db: str, as_json: bool) -> None:
+    """List administrators' credentials (never their secrets), revoked ones marked."""
+    _list(db, "admin", as_json)
+
+
+@admins.command("revoke")
+@DB_OPTION
+@click.argument("name_or_credential_id")
+@token_file_option("admin")
+def admins_revoke(db: str, name_or_credential_id: str, token_file: str | None) -> None:
+    """Revoke an administrator (never the last one)."""
+    _revoke(db, "admin", name_or_credential_id, token_file)
 
 
 @click.group()
@@ -75,12 +171,17 @@ def approvers() -> None:
 @click.argument("name")
 @click.option("--tenant", "tenants", multiple=True, help="A tenant they approve for (repeat).")
 @click.option("--any-tenant", is_flag=True, help="They may approve for every tenant.")
-def approvers_add(db: str, name: str, tenants: tuple[str, ...], any_tenant: bool) -> None:
-    """Register approver NAME; prints their new credential (once) on the last line."""
+@token_file_option("admin")
+def approvers_add(
+    db: str, name: str, tenants: tuple[str, ...], any_tenant: bool, token_file: str | None
+) -> None:
+    """Register approver NAME; prints their new credential (once) on the last line. Takes an
+    administrator's credential (TETHER_ADMIN_TOKEN)."""
     from tether.identity import add_identity, check_registration
 
     check_registration(name, "approver", frozenset(tenants), any_tenant, frozenset())
     with open_store(db, create=True) as store:
+        who = admin(store, token_file, "naming an approver")
         identity, token = add_identity(
             store,
             name,
@@ -88,7 +189,7 @@ def approvers_add(db: str, name: str, tenants: tuple[str, ...], any_tenant: bool
             now=time.time(),
             tenants=tenants,
             any_tenant=any_tenant,
-            actor=operator(),
+            actor=who.name,
         )
     _print_credential(identity, token)
 
@@ -104,9 +205,10 @@ def approvers_list(db: str, as_json: bool) -> None:
 @approvers.command("revoke")
 @DB_OPTION
 @click.argument("name_or_credential_id")
-def approvers_revoke(db: str, name_or_credential_id: str) -> None:
+@token_file_option("admin")
+def approvers_revoke(db: str, name_or_credential_id: str, token_file: str | None) -> None:
     """Revoke one credential by its id, or every credential of an approver by name."""
-    _revoke(db, "approver", name_or_credential_id)
+    _revoke(db, "approver", name_or_credential_id, token_file)
 
 
 @click.group()
@@ -119,13 +221,16 @@ def principals() -> None:
 @click.argument("name")
 @click.option("--tenant", required=True, help="The tenant the principal acts in.")
 @click.option("--scopes", required=True, help="Comma-separated scopes ('' for none).")
-def principals_add(db: str, name: str, tenant: str, scopes: str) -> None:
-    """Register principal NAME; prints their new credential (once) on the last line."""
+@token_file_option("admin")
+def principals_add(db: str, name: str, tenant: str, scopes: str, token_file: str | None) -> None:
+    """Register principal NAME; prints their new credential (once) on the last line. Takes
+    an administrator's credential (TETHER_ADMIN_TOKEN)."""
     from tether.identity import add_identity, check_registration
 
     scope_set = parse_scopes(scopes)
     check_registration(name, "principal", frozenset({tenant}), False, scope_set)
     with open_store(db, create=True) as store:
+        who = admin(store, token_file, "naming a principal")
         identity, token = add_identity(
             store,
             name,
@@ -133,7 +238,7 @@ def principals_add(db: str, name: str, tenant: str, scopes: str) -> None:
             now=time.time(),
             tenants=(tenant,),
             scopes=scope_set,
-            actor=operator(),
+            actor=who.name,
         )
     _print_credential(identity, token)
 
@@ -149,6 +254,7 @@ def principals_list(db: str, as_json: bool) -> None:
 @principals.command("revoke")
 @DB_OPTION
 @click.argument("name_or_credential_id")
-def principals_revoke(db: str, name_or_credential_id: str) -> None:
+@token_file_option("admin")
+def principals_revoke(db: str, name_or_credential_id: str, token_file: str | None) -> None:
     """Revoke one credential by its id, or every credential of a principal by name."""
-    _revoke(db, "principal", name_or_credential_id)
+    _revoke(db, "principal", name_or_credential_id, token_file)

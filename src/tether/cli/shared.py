@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tether.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-Kind = Literal["approver", "principal"]
+Kind = Literal["approver", "principal", "admin"]
 
 # The values of RunStatus, ApprovalStatus and EffectStatus, spelled out so that building the
 # options does not import the modules that define them (tests/cli/test_cli_shape.py checks that
@@ -48,6 +48,7 @@ EFFECT_STATUSES = (
 TOKEN_ENV: dict[Kind, str] = {
     "approver": "TETHER_APPROVER_TOKEN",
     "principal": "TETHER_PRINCIPAL_TOKEN",
+    "admin": "TETHER_ADMIN_TOKEN",
 }
 
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from tether.errors import IdentityError
 
-Kind = Literal["approver", "principal"]
-KINDS: tuple[Kind, ...] = ("approver", "principal")
+Kind = Literal["approver", "principal", "admin"]
+KINDS: tuple[Kind, ...] = ("approver", "principal", "admin")
 TOKEN_PREFIX = "tth_"
 # A token (fullmatch), or one inside a longer text such as an argument or an error message
 # (search), for redaction.
