@@ -496,6 +496,10 @@ def test_naming_an_approver_or_a_principal_is_an_administrators_decision(cli: Cl
     # Without an admin credential (the requester's own shell, an approver's credential),
     # nobody can be named; the first administrator is made once, on a store with none.
     out = cli.raw("approvers", "add", "boss", "--tenant", "acme")
+    assert_one_line_error(out, "no tether store")  # a refused naming creates nothing
+    assert not (cli.tmp / "t.db").exists()
+    cli("migrate")
+    out = cli.raw("approvers", "add", "boss", "--tenant", "acme")
     assert_one_line_error(out, "no administrator yet", "tether admins add NAME")
     admin = cli.admin()
     assert_one_line_error(cli.raw("admins", "add", "intruder"), "admin credential")

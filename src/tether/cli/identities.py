@@ -59,7 +59,8 @@ def _list(db: str, kind: Kind, as_json: bool) -> None:
     table(
         columns,
         (_row(r) for r in found),
-        empty=f"no {kind}s registered; add one with `tether {kind}s add NAME --tenant T`",
+        empty=f"no {kind}s registered; add one with `tether {kind}s add NAME"
+        + ("`" if kind == "admin" else " --tenant T`"),
     )
 
 
@@ -180,7 +181,7 @@ def approvers_add(
     from tether.identity import add_identity, check_registration
 
     check_registration(name, "approver", frozenset(tenants), any_tenant, frozenset())
-    with open_store(db, create=True) as store:
+    with open_store(db, create=False) as store:
         who = admin(store, token_file, "naming an approver")
         identity, token = add_identity(
             store,
@@ -229,7 +230,7 @@ def principals_add(db: str, name: str, tenant: str, scopes: str, token_file: str
 
     scope_set = parse_scopes(scopes)
     check_registration(name, "principal", frozenset({tenant}), False, scope_set)
-    with open_store(db, create=True) as store:
+    with open_store(db, create=False) as store:
         who = admin(store, token_file, "naming a principal")
         identity, token = add_identity(
             store,
