@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core.digest import canonical_json
 from tether.core.principal import KINDS, TOKEN_PATTERN, TOKEN_PREFIX, Identity, Kind
-from tether.errors import CredentialMissing, CredentialRefused, IdentityError
+from tether.errors import (
+    ConfigurationError,
+    CredentialMissing,
+    CredentialRefused,
+    IdentityError,
+)
 
 if TYPE_CHECKING:  # store.base imports approvals, which imports this module's token pattern
     from tether.store.base import Store, Tx
@@ -51,11 +56,19 @@ class Registered:
     identity: Identity
     created_at: float
     revoked_at: float | None
+    # False for a row without a valid seal (edited or inserted outside tether): listed so
+    # that someone looks, but it decides nothing.
+    sealed: bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None and self.sealed
 
     def to_dict(self) -> dict[str, Any]:
         data = self.identity.to_dict()
         data.pop("via")
-        return {**data, "created_at": self.created_at, "revoked_at": self.revoked_at}
+        extra = {} if self.sealed else {"sealed": False}
+        return {**data, "created_at": self.created_at, "revoked_at": self.revoked_at, **extra}
 
 
 class Authenticator(Protocol):
@@ -105,6 +118,8 @@ class TokenAuthenticator:
             or (kind is not None and record.kind != kind)
         ):
             raise refused(kind)
+        if not record.sealed_by(store.keys):
+            raise unsealed(record)
         return identity_of(record, via=self.via)
 
 
@@ -132,7 +147,27 @@ def live_credential(
             "NAME --tenant T)",
             reasons=("credential refused",),
         )
+    if not record.sealed_by(tx.keys):
+        raise unsealed(record)
     return record
+
+
+def unsealed(record: CredentialRecord) -> CredentialRefused:
+    """The refusal of a credential row whose seal is missing or does not verify: it was
+    inserted or edited outside tether (its name, kind, tenants, scopes or revocation), or
+    made before credentials were sealed."""
+    how = (
+        "it was made before credentials were sealed: the key holder can seal the existing "
+        "ones after checking them (`tether migrate --seal-credentials`), or an administrator "
+        "issues a new one"
+        if record.seal is None
+        else "run `tether audit verify`, and have an administrator issue a new one"
+    )
+    return CredentialRefused(
+        f"credential {record.credential_id} ({record.name}) is not as tether wrote it: its "
+        f"row carries no valid seal, so it decides nothing; {how}",
+        reasons=("credential refused", "credential row not sealed"),
+    )
 
 
 def identity_of(record: CredentialRecord, *, via: str = "token") -> Identity:
@@ -227,7 +262,12 @@ def add_identity(
 def list_identities(store: Store, kind: Kind | None = None) -> list[Registered]:
     """Every registered credential (revoked ones too, marked), oldest first."""
     return [
-        Registered(identity=identity_of(r), created_at=r.created_at, revoked_at=r.revoked_at)
+        Registered(
+            identity=identity_of(r),
+            created_at=r.created_at,
+            revoked_at=r.revoked_at,
+            sealed=r.sealed_by(store.keys),
+        )
         for r in store.list_credentials()
         if kind is None or r.kind == kind
     ]
@@ -243,7 +283,9 @@ def revoke_identity(
         targets = [
             r
             for r in (tx.get_credential(c) for c in candidates)
-            if r is not None and r.kind == kind and r.revoked_at is None
+            # A row that is not as tether wrote it decides nothing already; sealing it
+            # again (as revoked) would make the edit look like tether's own.
+            if r is not None and r.kind == kind and r.revoked_at is None and r.sealed_by(tx.keys)
         ]
         if not targets:
             raise IdentityError(
@@ -267,6 +309,47 @@ def _audit(tx: Tx, kind: str, identity: Identity, now: float, actor: str | None)
     data = identity.to_dict()
     data.pop("via")
     tx.append_audit(kind, at=now, actor=actor, data=data)
+
+
+# -- the first administrator, and the key holder's recovery -------------------------------------
+def check_first_admin(store: Store) -> bool:
+    """Whether ``tether admins add`` may make the first administrator with no credential:
+    only on a store that has never had one. A store with admin rows (active, revoked or
+    edited) needs an admin's credential; so does one whose audit log does not verify, where
+    deleted admin rows would look like none (the key holder recovers it instead)."""
+    if any(r.kind == "admin" for r in store.list_credentials()):
+        return False
+    report = store.verify_audit()
+    if not report.intact:
+        raise IdentityError(
+            f"the store's audit log does not verify ({report.problem}), so it cannot show that "
+            "no administrator was ever made; the holder of the audit key can make one with "
+            "`tether admins recover NAME --keyring FILE`"
+        )
+    return True
+
+
+def prove_key_holder(store: Store, keyring_file: str) -> None:
+    """Refuse unless the keyring in ``keyring_file`` holds the store's current audit key:
+    whoever holds it can already write anything the store would accept, so recovering an
+    administrator gives them nothing new, and nobody else can."""
+    from tether.evidence.keys import AuditKeys
+
+    try:
+        ring = AuditKeys.from_env_value(Path(keyring_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ConfigurationError) as e:
+        why = e.strerror if isinstance(e, OSError) else e
+        raise IdentityError(
+            f"{keyring_file} holds no audit keyring ({why}); give the store's key file or "
+            "what `tether audit export-key` printed"
+        ) from None
+    text = f"tether admin recovery\n{store.store_id}"
+    key_id, mac = store.keys.mac(text)
+    if not ring.has(key_id) or not ring.check(key_id, text, mac):
+        raise IdentityError(
+            f"the keyring in {keyring_file} does not hold this store's audit key {key_id}; "
+            "only the key holder can recover an administrator"
+        )
 
 
 # -- reading a token ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.audit.tamper import Opened, Raw
 from tests.pg import schema_url
 from tether.core.principal import Principal
 from tether.errors import (
@@ -31,6 +32,7 @@ from tether.errors import (
     AuditKeyMissing,
     CheckpointUnreadable,
     ConfigurationError,
+    IntegrityError,
     StoreMissing,
 )
 from tether.evidence.audit import MAIN, AuditHead, make_entry
@@ -38,22 +40,12 @@ from tether.evidence.checkpoint import create_checkpoint, parse_checkpoint, veri
 from tether.evidence.keys import AuditKeys
 from tether.gate.pipeline import Gate, ToolCall
 from tether.policy.rules import Policy
-from tether.store import MemoryStore, Store, open_store
-from tether.store.base import AUDIT_KEY_ID
+from tether.store import MemoryStore, Store, keying, open_store
+from tether.store.keying import AUDIT_KEY_ID
 from tether.tools.registry import Manifest, Registry, Risk
 
 USER = Principal(subject="user-42", tenant="acme")
 REVIEWER = "reviewer-5"
-
-
-@pytest.fixture(autouse=True)
-def key_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """PostgreSQL stores keep their key under $XDG_CONFIG_HOME: a fresh one per test."""
-    home = tmp_path / "config"
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
-    monkeypatch.delenv("TETHER_AUDIT_KEY", raising=False)
-    monkeypatch.delenv("TETHER_AUDIT_KEY_FILE", raising=False)
-    return home
 
 
 # -- a store with some history, made through the real gate ---------------------------------
@@ -96,79 +88,6 @@ def populate(store: Store) -> None:
     second = gate.start_run(USER)
     with pytest.raises(ApprovalRequired):
         gate.call(second, ToolCall(call_id="c1", tool="transfer", arguments={"amount": 7}))
-
-
-# -- plain SQL on the store's database, as an attacker (or a careless operator) would -------
-class Raw:
-    """A second connection to the store's database that goes around tether entirely."""
-
-    def __init__(self, url: str) -> None:
-        self.pg = url.startswith("postgresql")
-        self.head_table = "audit_heads" if self.pg else "audit_head"
-        if self.pg:
-            import psycopg
-
-            from tether.store.postgres import split_url
-
-            conninfo, schema = split_url(url)
-            self.conn: Any = psycopg.connect(conninfo, autocommit=True)
-            self.conn.execute(f'SET search_path TO "{schema}"')
-        else:
-            self.conn = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)
-
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        cursor = self.conn.execute(sql.replace("?", "%s") if self.pg else sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
-
-    def at(self, chain: str, seq: int) -> tuple[str, tuple[Any, ...]]:
-        """The WHERE clause naming one entry (SQLite keeps one chain)."""
-        return ("chain = ? AND seq = ?", (chain, seq)) if self.pg else ("seq = ?", (seq,))
-
-    def columns(self, table: str) -> list[str]:
-        if self.pg:
-            rows = self.run(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_name = ? AND table_schema = current_schema()",
-                (table,),
-            )
-            return [r[0] for r in rows]
-        return [r[1] for r in self.run(f"PRAGMA table_info({table})")]
-
-    def wipe_audit(self) -> None:
-        """What the acceptance test does: drop the triggers, delete every audit row."""
-        if not self.pg:
-            for (name,) in self.run("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
-                self.run(f'DROP TRIGGER "{name}"')
-        self.run("DELETE FROM audit_log")
-        self.run(f"DELETE FROM {self.head_table}")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-@dataclass
-class Opened:
-    url: str
-    store: Store
-    raw: Raw
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opened]:
-    if request.param == "sqlite":
-        urls: Iterator[str] = iter([f"sqlite:///{tmp_path}/t.db"])
-    else:
-        urls = schema_url()
-    url = next(urls)
-    store = open_store(url)
-    raw = Raw(url)
-    try:
-        yield Opened(url, store, raw)
-    finally:
-        raw.close()
-        store.close()
-        for _ in urls:  # drops the PostgreSQL schema
-            pass
 
 
 # -- MACs --------------------------------------------------------------------------------------
@@ -517,24 +436,40 @@ def test_rotation_keeps_old_entries_verifiable(sql_store: Opened) -> None:
     assert [e.kind for e in store.audit_entries()].count("audit_key_rotated") == 1
 
 
-def test_a_log_made_before_keys_is_adopted_on_first_use(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/t.db"
-    with open_store(url) as store:
-        populate(store)
-        count = store.verify_audit().entries
-    with closing(sqlite3.connect(tmp_path / "t.db")) as c, c:  # as an older tether left it
-        c.execute("UPDATE audit_log SET key_id = NULL, mac = NULL")
-        c.execute("DELETE FROM tether_meta WHERE key = ?", (AUDIT_KEY_ID,))
-        # Rows written before keys carried no digests either.
-        for seq, body in c.execute("SELECT seq, body FROM audit_log").fetchall():
-            assert seq > 0 and body
-    (tmp_path / "t.db.key").unlink()
+def test_a_log_without_macs_is_adopted_only_when_the_operator_says(sql_store: Opened) -> None:
+    """A log made before audit keys and one whose MACs and key record were stripped (the key
+    file deleted) look the same: a writer opening it makes a key but vouches for nothing
+    written before, so verify fails until ``trust_unkeyed_log`` (``tether migrate
+    --trust-unkeyed-log``) records the operator's word."""
+    store, raw, url = sql_store.store, sql_store.raw, sql_store.url
+    populate(store)
+    count = store.verify_audit().entries
+    key_file = store.key_file
+    assert key_file is not None
+    store.close()
+    raw.run("UPDATE audit_log SET key_id = NULL, mac = NULL")  # as an older tether left it
+    raw.run("DELETE FROM tether_meta WHERE key = ?", (AUDIT_KEY_ID,))
+    key_file.unlink()
     with open_store(url, read_only=True) as reader, pytest.raises(AuditKeyMissing):
         reader.verify_audit()  # nothing to check the log with, and a reader makes no key
-    with open_store(url) as store:
-        adopted = [e for e in store.audit_entries() if e.kind == "audit_key_adopted"]
+    with open_store(url) as again:
+        assert not [e for e in again.audit_entries() if e.kind == "audit_key_adopted"]
+        report = again.verify_audit()
+        assert not report.intact and "MAC" in (report.problem or ""), report.summary()
+        assert keying.trust_unkeyed_log(again) == count
+        adopted = [e for e in again.audit_entries() if e.kind == "audit_key_adopted"]
         assert len(adopted) == 1 and adopted[0].record["data"]["entries"] == count
-        assert store.verify_audit().intact
+        assert again.verify_audit().intact
+        assert keying.trust_unkeyed_log(again) == 0  # nothing left to adopt
+
+
+def test_a_log_with_some_macs_stripped_is_never_adopted(sql_store: Opened) -> None:
+    store, raw = sql_store.store, sql_store.raw
+    populate(store)
+    raw.run("UPDATE audit_log SET key_id = NULL, mac = NULL WHERE seq > 1")
+    with pytest.raises(IntegrityError, match="stripped or inserted"):
+        keying.trust_unkeyed_log(store)
+    assert not store.verify_audit().intact
 
 
 def test_a_keyed_log_whose_key_record_vanished_is_not_re_keyed(tmp_path: Path) -> None:

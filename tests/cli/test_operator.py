@@ -162,6 +162,7 @@ def test_a_decision_is_audited_with_its_credential_and_no_secret(cli: Cli) -> No
 
 def test_a_grant_written_with_sql_is_not_honoured(cli: Cli) -> None:
     run_id, approval_id = cli.waiting()
+    cli.token("reviewer-5")  # named before the edit: a store that fails verify makes no admin
     with sqlite3.connect(cli.tmp / "t.db") as c:
         (body,) = c.execute(
             "SELECT record_json FROM approvals WHERE approval_id = ?", (approval_id,)
@@ -521,3 +522,46 @@ def test_naming_an_approver_or_a_principal_is_an_administrators_decision(cli: Cl
         bodies = [json.loads(r[0]) for r in c.execute("SELECT body FROM audit_log")]
     added = [b for b in bodies if b["kind"] == "credential_added"]
     assert [b["actor"] for b in added][-2:] == ["test-admin", "test-admin"]
+
+
+def test_lost_administrators_come_back_only_through_the_key_holder(cli: Cli) -> None:
+    """Deleting every admin row with SQL does not make the store "one with none": its log
+    no longer verifies, so `admins add` refuses, and only whoever holds the audit keyring
+    can name a new administrator (`admins recover --keyring`), audited as theirs."""
+    cli.admin()
+    with sqlite3.connect(cli.tmp / "t.db") as c:
+        c.execute("DELETE FROM credentials WHERE kind = 'admin'")
+    assert_one_line_error(cli.raw("admins", "add", "intruder"), "does not verify", "recover")
+    stranger = cli.tmp / "other.key"
+    made = cli.raw("migrate", "--db", f"sqlite:///{cli.tmp}/other.db")
+    assert made.returncode == 0, made.stderr
+    (cli.tmp / "other.db.key").rename(stranger)
+    out = cli.raw("admins", "recover", "new-admin", "--keyring", str(stranger))
+    assert_one_line_error(out, "does not hold this store's audit key")
+    out = cli.raw("admins", "recover", "new-admin", "--keyring", str(cli.tmp / "t.db.key"))
+    assert out.returncode == 0, out.stderr
+    token = out.stdout.strip().splitlines()[-1]
+    named = cli.raw("approvers", "add", "boss", "--tenant", "acme", TETHER_ADMIN_TOKEN=token)
+    assert named.returncode == 0, named.stderr
+    with sqlite3.connect(cli.tmp / "t.db") as c:
+        bodies = [json.loads(r[0]) for r in c.execute("SELECT body FROM audit_log")]
+    added = [b for b in bodies if b["kind"] == "credential_added"]
+    assert [(b["actor"], b["data"]["name"]) for b in added][-2:] == [
+        ("audit key holder", "new-admin"),
+        ("new-admin", "boss"),
+    ]
+
+
+def test_credentials_from_before_seals_work_again_only_once_the_key_holder_says(cli: Cli) -> None:
+    token = cli.token()
+    with sqlite3.connect(cli.tmp / "t.db") as c:  # as a tether before sealed credentials left it
+        c.execute("UPDATE credentials SET seal = NULL")
+    listed = cli.raw("approvers", "list", "--json")
+    assert json.loads(listed.stdout.splitlines()[-1])[0]["sealed"] is False
+    out = cli.raw("approvals", "approve", "apr-none", TETHER_APPROVER_TOKEN=token)
+    assert_one_line_error(out, "not as tether wrote it", "migrate --seal-credentials")
+    sealed = cli.raw("migrate", "--seal-credentials")
+    assert sealed.returncode == 0, sealed.stderr
+    assert "sealed approver reviewer-5" in sealed.stdout
+    out = cli.raw("approvals", "approve", "apr-none", TETHER_APPROVER_TOKEN=token)
+    assert "not as tether wrote it" not in out.stderr and "no approval apr-none" in out.stderr

@@ -3,10 +3,15 @@ providing a ``store`` fixture (see test_store_memory.py and test_store_sqlite.py
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tether.core.approvals import Approval, ApprovalStatus, CallBinding
+from tether.core.budget import Budget
 from tether.core.ledger import Effect, EffectStatus, operation_key
+from tether.core.principal import Principal
+from tether.core.runseal import PRINCIPAL_SEAL, sealed_identity
 from tether.errors import (
     AlreadyExists,
     InvalidTransition,
@@ -15,11 +20,26 @@ from tether.errors import (
     StoreError,
 )
 from tether.evidence.audit import CHAINS
+from tether.evidence.keys import AuditKeys
+from tether.gate.state import RunState, sealed
 from tether.store.base import Store, Tx
 from tether.store.rows import CallView, RunRecord
 
 
-def run_record(run_id: str = "run-1", version: int = 1) -> RunRecord:
+def run_record(
+    run_id: str = "run-1", version: int = 1, *, keys: AuditKeys | None = None, effects: int = 0
+) -> RunRecord:
+    """A run row; with ``keys``, one whose checkpoint is sealed as the gate seals it (so the
+    audit verifies), recording ``effects`` effects."""
+    checkpoint = '{"n":0}'
+    if keys is not None:
+        principal = Principal(subject="user-42", tenant="acme", scopes=frozenset())
+        budget = Budget()
+        identity = keys.seal(PRINCIPAL_SEAL, sealed_identity(run_id, principal, budget))
+        state = RunState(
+            principal=principal, budget=budget, effects=effects, principal_seal=identity
+        )
+        checkpoint = sealed(state, run_id, keys).dump()
     return RunRecord(
         run_id=run_id,
         state_version=version,
@@ -27,10 +47,16 @@ def run_record(run_id: str = "run-1", version: int = 1) -> RunRecord:
         principal_id="user-42",
         tenant_id="acme",
         policy_version="policy-3",
-        checkpoint_json='{"n":0}',
+        checkpoint_json=checkpoint,
         created_at=1.0,
         updated_at=1.0,
     )
+
+
+def as_requested(stored: Approval | None) -> Approval | None:
+    """``stored`` without the request seal the store adds (``approval()`` has none)."""
+    assert stored is None or stored.request_seal is not None
+    return None if stored is None else replace(stored, request_seal=None)
 
 
 def effect(key_suffix: str = "call-1", status: EffectStatus = EffectStatus.DISPATCHED) -> Effect:
@@ -147,7 +173,7 @@ class StoreContract:
             tx.insert_approval(approval("apr-4", call_id="call-2", at=9.0))  # another call
         with store.read() as tx:
             found = tx.call_view("run-1", "call-1").approval
-            assert found == approval("apr-3", at=5.0)
+            assert as_requested(found) == approval("apr-3", at=5.0)
         with store.transaction() as tx:
             tx.insert_approval(approval("apr-5", at=5.0))  # a tie: the one made last wins
         with store.read() as tx:
@@ -180,7 +206,7 @@ class StoreContract:
             tx.insert_approval(approval("apr-1", at=3.0))
             tx.insert_approval(approval("apr-2", at=4.0))
         with store.read() as tx:
-            assert tx.get_approval("apr-1") == approval("apr-1", at=3.0)
+            assert as_requested(tx.get_approval("apr-1")) == approval("apr-1", at=3.0)
             found = tx.find_approval("run-1", "call-1")
             assert found is not None and found.approval_id == "apr-2"
             assert tx.find_approval("run-1", "call-9") is None
@@ -299,7 +325,7 @@ class StoreContract:
 
     # -- evidence: MACs and row digests (I10) ----------------------------------------------------
     def test_the_store_records_its_id_and_key(self, store: Store) -> None:
-        from tether.store.base import AUDIT_KEY_ID, STORE_ID
+        from tether.store.keying import AUDIT_KEY_ID, STORE_ID
 
         with store.read() as tx:
             assert tx.get_meta(AUDIT_KEY_ID) == store.keys.key_id
@@ -316,7 +342,7 @@ class StoreContract:
         from tether.evidence.crosscheck import effect_digest
 
         with store.transaction() as tx:
-            tx.insert_run(run_record())
+            tx.insert_run(run_record(keys=store.keys, effects=1))
             tx.insert_effect(effect())
             tx.insert_approval(approval())
             first = tx.append_audit("written", at=1.0, run_id="run-1")

@@ -80,7 +80,7 @@ def test_column_lists_are_the_schemas() -> None:
         "checkpoint_json, created_at, updated_at, lease_owner, lease_expires_at"
     )
     assert sql.CREDENTIAL_COLUMNS == (
-        "credential_id, name, kind, token_hash, record_json, created_at, revoked_at"
+        "credential_id, name, kind, token_hash, record_json, created_at, revoked_at, seal"
     )
     assert sql.STEP_COLUMNS == "seq, turn, kind, detail, at"
 
@@ -104,7 +104,7 @@ def test_updates_write_only_what_changes() -> None:
         "attempts",
         "updated_at",
     )
-    assert CredentialRecord.changing_columns() == ("record_json", "revoked_at")
+    assert CredentialRecord.changing_columns() == ("record_json", "revoked_at", "seal")
 
 
 def test_an_effect_is_its_row_and_its_dict() -> None:

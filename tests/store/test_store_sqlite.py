@@ -71,7 +71,7 @@ def test_seed_tables_have_seed_columns(tmp_path: Path) -> None:
 def test_data_survives_reopen(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.db"
     with SQLiteStore(url) as store, store.transaction() as tx:
-        tx.insert_run(run_record())
+        tx.insert_run(run_record(keys=store.keys))
         tx.append_audit("run_started", at=1.0, run_id="run-1")
     with SQLiteStore(url) as again:
         assert [r.run_id for r in again.list_runs()] == ["run-1"]
@@ -141,7 +141,7 @@ def test_create_false_refuses_a_missing_file_and_makes_no_folder(tmp_path: Path)
 def test_read_only_writes_nothing_and_refuses_writes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.db"
     with SQLiteStore(url) as store, store.transaction() as tx:
-        tx.insert_run(run_record())
+        tx.insert_run(run_record(keys=store.keys))
         tx.append_audit("run_started", at=1.0, run_id="run-1")
     before = (tmp_path / "t.db").read_bytes()
     with SQLiteStore(url, read_only=True) as reader:

@@ -23,6 +23,7 @@ from tether.core.digest import canonical_json, evolve, sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Principal
+from tether.core.runseal import sealed_identity
 from tether.core.verdicts import Verdict
 from tether.errors import (
     ApprovalDenied,
@@ -49,10 +50,9 @@ from tether.gate.plan import (
     RunWrite,
     ToolCall,
     plan_call,
-    sealed_identity,
 )
 from tether.gate.settle import settle
-from tether.gate.state import RunState
+from tether.gate.state import RunState, sealed
 from tether.policy.constraints import ToolRule
 from tether.policy.rules import Policy
 from tether.store.rows import CallView, RunRecord
@@ -139,11 +139,15 @@ class World:
 
 def new_world(budget: Budget) -> World:
     principal = Principal(subject="agent", tenant="acme", scopes=frozenset())
-    state = RunState(
-        principal=principal,
-        budget=budget,
-        effects=0,
-        principal_seal=KEYS.seal("principal", sealed_identity(RUN, principal, budget)),
+    state = sealed(
+        RunState(
+            principal=principal,
+            budget=budget,
+            effects=0,
+            principal_seal=KEYS.seal("principal", sealed_identity(RUN, principal, budget)),
+        ),
+        RUN,
+        KEYS,
     )
     record = RunRecord(
         run_id=RUN,

@@ -156,8 +156,11 @@ def _risk(reasons: list[str]) -> str | None:
 
 def _record_reveal(store: Store, approval: Approval, who: Identity) -> None:
     """Seeing the arguments in clear is itself a decision someone answers for."""
-    from tether.errors import ApproverNotAuthorized
+    from tether.errors import ApprovalInvalid, ApproverNotAuthorized
+    from tether.gate.desk import request_sealed
 
+    if not request_sealed(store.keys, approval):  # its approvers list may have been edited
+        raise ApprovalInvalid(f"approval {approval.approval_id} was edited outside tether")
     if not who.allows_tenant(approval.tenant):
         raise ApproverNotAuthorized(
             f"{who.name}'s credential is not valid for tenant {approval.tenant}, so it cannot "

@@ -150,10 +150,17 @@ def _check_resolver(
 ) -> None:
     """Saying whether a side effect happened decides whether it is sent again: an approval,
     so only an approver the policy names for that tool, and never the requester, may."""
-    from tether.errors import ApproverNotAuthorized
+    from tether.errors import ApprovalInvalid, ApproverNotAuthorized
+    from tether.gate.desk import request_sealed
 
     with store.read() as tx:
         asked = tx.find_approval(run.run_id, effect.call_id)
+    if asked is not None and not request_sealed(store.keys, asked):
+        raise ApprovalInvalid(
+            f"approval {asked.approval_id} for {effect.operation_key} is not as tether made it "
+            "(its row was edited outside tether), so it names nobody who may resolve the "
+            "effect; run `tether audit verify`"
+        )
     if asked is not None:
         approvers = frozenset(asked.approvers)  # as the policy named them for this call
     else:

@@ -70,6 +70,8 @@ def _row(r: Registered) -> list[str]:
     if i.kind == "principal":
         row.append(",".join(sorted(i.scopes)) or "-")
     state = "active" if r.revoked_at is None else f"revoked {when(r.revoked_at)}"
+    if not r.sealed:
+        state = "NOT SEALED (edited outside tether; decides nothing)"
     return [*row, age(r.created_at), state]
 
 
@@ -81,7 +83,7 @@ def admin(store: Store, token_file: str | None, action: str) -> Identity:
 
     token = read_token("admin", token_file)
     if token is None:
-        first = not any(r.revoked_at is None for r in list_identities(store, "admin"))
+        first = not list_identities(store, "admin")
         hint = (
             "this store has no administrator yet: make the first with `tether admins add NAME`"
             if first
@@ -111,7 +113,7 @@ def _keep_one_admin(store: Store, name_or_id: str) -> None:
     from tether.errors import IdentityError
     from tether.identity import list_identities
 
-    active = [r.identity for r in list_identities(store, "admin") if r.revoked_at is None]
+    active = [r.identity for r in list_identities(store, "admin") if r.active]
     left = [i for i in active if name_or_id not in (i.name, i.credential_id)]
     if active and not left:
         raise IdentityError(
@@ -132,16 +134,44 @@ def admins() -> None:
 def admins_add(db: str, name: str, token_file: str | None) -> None:
     """Register administrator NAME; prints their new credential (once) on the last line.
 
-    On a store with no administrator this makes the first one, with no credential needed
-    (whoever can run it on that store is trusted once); afterwards it takes an
-    administrator's credential."""
-    from tether.identity import add_identity, check_registration, list_identities
+    On a store that has never had an administrator (and whose audit log verifies) this
+    makes the first one, with no credential needed: whoever can run it on that store is
+    trusted once. Afterwards it takes an administrator's credential; a store whose
+    administrators were all lost is recovered by the key holder (`tether admins recover`)."""
+    from tether.identity import add_identity, check_first_admin, check_registration
 
     check_registration(name, "admin", frozenset(), False, frozenset())
     with open_store(db, create=True) as store:
-        active = [r for r in list_identities(store, "admin") if r.revoked_at is None]
-        actor = admin(store, token_file, "adding an administrator").name if active else operator()
+        if check_first_admin(store):
+            actor = operator()
+        else:
+            actor = admin(store, token_file, "adding an administrator").name
         identity, token = add_identity(store, name, "admin", now=time.time(), actor=actor)
+    _print_credential(identity, token)
+
+
+@admins.command("recover")
+@DB_OPTION
+@click.argument("name")
+@click.option(
+    "--keyring",
+    "keyring_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The store's audit keyring (`tether audit export-key` wrote it, or the key file).",
+)
+def admins_recover(db: str, name: str, keyring_file: str) -> None:
+    """Register administrator NAME as the holder of the store's audit key: for a store whose
+    administrators' credentials were all lost. Prints the credential (once) on the last
+    line; audited as the key holder's decision."""
+    from tether.identity import add_identity, check_registration, prove_key_holder
+
+    check_registration(name, "admin", frozenset(), False, frozenset())
+    with open_store(db, create=False) as store:
+        prove_key_holder(store, keyring_file)
+        identity, token = add_identity(
+            store, name, "admin", now=time.time(), actor="audit key holder"
+        )
     _print_credential(identity, token)
 
 

@@ -138,6 +138,10 @@ class Approval(Record):
     provenance: tuple[Mapping[str, Any], ...] = ()
     # Why the policy asked, as the decision gave it.
     reasons: tuple[str, ...] = ()
+    # The store key's seal over ``request_payload``, made as the request is stored: who may
+    # decide it (``approvers``), for which call and tenant, until when. A decision on a
+    # request whose row was edited (a name added to its approvers) is refused.
+    request_seal: str | None = None
 
     @classmethod
     def request(
@@ -182,7 +186,7 @@ class Approval(Record):
         ``public_dict`` is what people and logs see. Provenance and reasons appear only when
         recorded, so an approval without them has the record (and row digest) it always had."""
         data = super().to_dict()
-        for name in ("provenance", "reasons"):
+        for name in ("provenance", "reasons", "request_seal"):
             if not data[name]:
                 del data[name]
         return data
@@ -192,6 +196,7 @@ class Approval(Record):
         in ``redacted``), unless ``reveal`` (which the caller must have authorised)."""
         data = self.to_dict()
         data.pop("seal")
+        data.pop("request_seal", None)
         if reveal:
             return {**data, "redacted": []}
         masked, redacted = mask_arguments(self.arguments, self.sensitive_fields)
@@ -305,6 +310,27 @@ def decide_request(
         reason=reason,
         decided_at=now,
     )
+
+
+REQUEST_SEAL = "approval request"
+
+
+def request_payload(approval: Approval) -> dict[str, Any]:
+    """What a request's seal covers: everything that says who may decide which call, for
+    whom, until when. Nothing a decision changes, so the seal outlives it."""
+    return {
+        "approval_id": approval.approval_id,
+        "run_id": approval.run_id,
+        "call_id": approval.call_id,
+        "actor": approval.actor,
+        "tenant": approval.tenant,
+        "tool": approval.tool,
+        "call_digest": approval.call_digest,
+        "approvers": list(approval.approvers),
+        "created_at": approval.created_at,
+        "expires_at": approval.expires_at,
+        "policy_version": approval.policy_version,
+    }
 
 
 def grant_payload(approval: Approval) -> dict[str, Any]:

@@ -6,8 +6,10 @@ the next audit entry of the same transaction carries those digests (``rows``). V
 replays the log and asks of the tables: does every effect and approval row still have the
 digest the log last recorded for it, does every row the log recorded still exist, and is every
 row in the log at all? A row edited, deleted or inserted with plain SQL fails one of these; so
-does an empty log beside existing state. Runs change without audit entries (leases, message
-counters), so a run is only checked to exist, both ways.
+does an empty log beside existing state. Credential rows are checked the same way. Runs change
+without audit entries (leases, message counters), so a run is checked to exist, both ways, and
+its row is checked on its own: its seals (``tether.core.runseal``), its cancellation, and its
+effect count against the ledger's rows.
 
 A digest is SHA-256 over the JSON of the row's cells in column order: cheap (one encode and
 one hash per write, on the gate's hot path twice per call) and the same whether computed from
@@ -27,6 +29,7 @@ from tether.core.approvals import Approval
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect
 from tether.core.records import shape
+from tether.core.runseal import checkpoint_problem
 from tether.evidence.audit import (
     MAIN,
     AuditHead,
@@ -39,6 +42,7 @@ from tether.evidence.keys import AuditKeys
 EFFECT = "effect:"
 APPROVAL = "approval:"
 RUN = "run:"
+CREDENTIAL = "credential:"
 
 # The columns a digest covers, in the order the SQL backends select them: an effect's are its
 # fields (``Effect`` declares them in column order); an approval's row is a few indexed
@@ -46,6 +50,36 @@ RUN = "run:"
 EFFECT_COLUMNS = Effect.columns()
 APPROVAL_INDEX = ("approval_id", "run_id", "call_id", "status", "created_at", "expires_at")
 APPROVAL_COLUMNS = ", ".join((*APPROVAL_INDEX, "record_json"))
+
+
+def run_value(
+    keys: AuditKeys | None,
+    run_id: str,
+    columns: tuple[str, str, str],
+    checkpoint_json: str,
+    effect_rows: int,
+) -> str:
+    """What the state says of a run for the cross-check: "" if its row is sound, else "!"
+    and what is wrong (``tether.core.runseal.checkpoint_problem``; seals are checked with
+    ``keys`` unless None). ``columns`` are the row's status, principal_id and tenant_id."""
+    problem = checkpoint_problem(
+        keys if keys is not None else _NO_SEALS, run_id, columns, checkpoint_json, effect_rows
+    )
+    return "" if problem is None else "!" + problem
+
+
+class _AnySeal:
+    """Stands in for keys a verifier does not hold (a public key only): every seal passes,
+    and the report says MACs were not checked."""
+
+    def seal(self, purpose: str, value: Any) -> str:
+        raise AssertionError("a verifier makes no seals")
+
+    def verify_seal(self, purpose: str, value: Any, seal: str | None) -> bool:
+        return True
+
+
+_NO_SEALS = _AnySeal()
 
 
 def row_digest(cells: Sequence[Any]) -> str:
@@ -119,7 +153,7 @@ def check_state(
     stream past, with what the log last recorded for each. Only the first problem in key
     order is kept, and a count of the others: a badly damaged store costs no more memory."""
     recorded = replay.recorded
-    counts = dict.fromkeys(("run", "effect", "approval"), 0)
+    counts = dict.fromkeys(("run", "effect", "approval", "credential"), 0)
     first: tuple[str, str] | None = None
     problems = 0
     rows = 0
@@ -141,7 +175,10 @@ def check_state(
                 f"{describe(key)} is in the store but no audit entry records it "
                 "(inserted outside tether, or the entries recording it were deleted)",
             )
-        elif not key.startswith(RUN) and value != last[0]:
+        elif key.startswith(RUN):
+            if value:
+                problem(key, f"{value[1:]} (changed outside tether)")
+        elif value != last[0]:
             problem(
                 key,
                 f"{describe(key)} differs from what entry {_where(last)} recorded "

@@ -17,12 +17,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.core.approvals import (
+    REQUEST_SEAL,
     Approval,
     ApprovalStatus,
     CallBinding,
     check_decider,
     decide_request,
     grant_payload,
+    request_payload,
 )
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Identity
@@ -30,12 +32,14 @@ from tether.core.screening import screen_arguments, scrub, secret_values
 from tether.core.verdicts import Verdict
 from tether.crash import crash_point
 from tether.errors import (
+    ApprovalInvalid,
     ApprovalStateError,
     CredentialRefused,
     InvalidArguments,
     PolicyDenied,
     RunNotFound,
 )
+from tether.evidence.keys import AuditKeys
 from tether.gate.state import RunState, new_id
 from tether.identity import identity_of, live_credential
 from tether.policy.rules import Policy, decide
@@ -48,7 +52,9 @@ from tether.tools.tenancy import fill_tenant
 def approval_audit(approval: Approval) -> dict[str, Any]:
     data = approval.to_dict()
     data.pop("arguments")  # the digest binds them; the values may hold secrets
-    data.pop("seal")  # the entry is authenticated on its own; the seal adds nothing to read
+    # The entry is authenticated on its own; the seals add nothing to read.
+    data.pop("seal")
+    data.pop("request_seal", None)
     return data
 
 
@@ -93,6 +99,12 @@ def check_identity(
     )
 
 
+def request_sealed(keys: AuditKeys, approval: Approval) -> bool:
+    """Whether ``approval``'s request (who may decide which call, for whom, until when) is
+    as tether stored it: its request seal verifies. A missing seal does not."""
+    return keys.verify_seal(REQUEST_SEAL, request_payload(approval), approval.request_seal)
+
+
 def seal_grant(store: Store, approval: Approval) -> Approval:
     """``approval`` with the store key's seal over what it grants: the gate honours a grant
     only with it, so a row set to "approved" by hand (with SQL, without the key) is not one."""
@@ -117,6 +129,14 @@ def load_for_decision(
     if approval is None:
         raise ApprovalStateError(
             f"no approval {approval_id}; list pending ones with `tether approvals list`"
+        )
+    if not request_sealed(tx.keys, approval):
+        # Who may decide (or which call, for whom, until when) was edited in the row, or
+        # the request never went through tether: nobody's decision on it counts.
+        raise ApprovalInvalid(
+            f"approval {approval.approval_id}'s request is not as tether made it (its row was "
+            "edited outside tether, or its seal is missing), so no decision on it is "
+            "accepted; run `tether audit verify` and propose the call again"
         )
     if approval.status is ApprovalStatus.PENDING and now > approval.expires_at:
         expire(tx, approval, now)

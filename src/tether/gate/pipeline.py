@@ -29,6 +29,7 @@ from tether.core.digest import sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Identity, Principal
+from tether.core.runseal import PRINCIPAL_SEAL, sealed_identity
 from tether.core.screening import INJECTION_FLAG, screen_result
 from tether.crash import crash_point
 from tether.errors import (
@@ -61,10 +62,9 @@ from tether.gate.plan import (
     ToolCall,
     checkpoint,
     plan_call,
-    sealed_identity,
 )
 from tether.gate.settle import settle
-from tether.gate.state import RunState, new_id
+from tether.gate.state import RunState, new_id, sealed
 from tether.policy.provenance import Origin, ProvenanceIndex
 from tether.policy.rules import Policy
 from tether.store.base import Store, Tx
@@ -131,13 +131,18 @@ class Gate:
         run_id = run_id or new_id("run")
         now = self.clock()
         budget = budget or Budget()
-        state = RunState(
-            principal=principal,
-            budget=budget,
-            effects=0,
-            principal_seal=self.store.keys.seal(
-                "principal", sealed_identity(run_id, principal, budget)
+        keys = self.store.keys
+        state = sealed(
+            RunState(
+                principal=principal,
+                budget=budget,
+                effects=0,
+                principal_seal=keys.seal(
+                    PRINCIPAL_SEAL, sealed_identity(run_id, principal, budget)
+                ),
             ),
+            run_id,
+            keys,
         )
         record = RunRecord(
             run_id=run_id,
@@ -483,9 +488,8 @@ class Gate:
                         if done.refund
                         else state.budget.add_bytes(done.added_bytes)
                     )
-                    tx.update_run(
-                        record, checkpoint_json=checkpoint(state, budget), updated_at=done.at
-                    )
+                    after = checkpoint(state, budget, run_id=effect.run_id, seals=self.store.keys)
+                    tx.update_run(record, checkpoint_json=after, updated_at=done.at)
                 tx.append_audit(
                     "tool_effect_resolved",
                     at=done.at,

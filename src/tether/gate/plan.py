@@ -11,7 +11,8 @@ grant is bound to the exact call) live is tested without a database
 
 The steps, in the order they run (DESIGN section 1):
 
-0. the run exists, its principal and limits match their seal, and it is not cancelled;
+0. the run exists, its principal, limits and counters match their seals (``tether.core.runseal``;
+   a missing seal does not match), and it is not cancelled;
 1. the step budget (a refused step is audited but does not count);
 2. argument limits (depth, keys, numbers), before anything walks the arguments;
 3. resolve the tool (version, deprecation), fill the tenant, validate the arguments;
@@ -35,15 +36,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tether.core.approvals import Approval, ApprovalStatus, CallBinding, grant_payload, verify_grant
 from tether.core.budget import Budget
 from tether.core.digest import evolve
 from tether.core.ledger import Effect, EffectStatus, operation_key
 from tether.core.lifecycle import RunStatus
-from tether.core.principal import Principal
+from tether.core.runseal import Seals
 from tether.core.screening import (
     audited,
     redact,
@@ -70,7 +71,7 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.gate.desk import approval_audit
-from tether.gate.state import RunState
+from tether.gate.state import RunState, seal_problem_of, sealed
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Decision, Policy, decide
 from tether.store.rows import CallView, RunRecord
@@ -183,31 +184,12 @@ class Admit:
 Plan = Refuse | Replay | Ask | Admit
 
 
-class Seals(Protocol):
-    """Checks tether's own seals (``AuditKeys.verify_seal``): pure, in memory."""
-
-    def verify_seal(self, kind: str, payload: Mapping[str, Any], seal: str | None) -> bool: ...
-
-
-def sealed_identity(run_id: str, principal: Principal, budget: Budget) -> dict[str, Any]:
-    """What a run's principal seal covers: who it acts for and its limits (not its
-    counters, which move at every step)."""
-    return {
-        "run_id": run_id,
-        "principal": principal.to_dict(),
-        "limits": [budget.max_steps, budget.max_cost, budget.max_bytes],
-    }
-
-
-def checkpoint(state: RunState, budget: Budget, effects: int | None = None) -> str:
-    """The run's checkpoint after a step: the new budget counters and effect count."""
-    return RunState(
-        principal=state.principal,
-        budget=budget,
-        extra=state.extra,
-        effects=state.effects if effects is None else effects,
-        principal_seal=state.principal_seal,
-    ).dump()
+def checkpoint(
+    state: RunState, budget: Budget, effects: int | None = None, *, run_id: str, seals: Seals
+) -> str:
+    """The run's checkpoint after a step: the new budget counters and effect count, sealed."""
+    after = replace(state, budget=budget, effects=state.effects if effects is None else effects)
+    return sealed(after, run_id, seals).dump()
 
 
 def plan_call(
@@ -229,20 +211,19 @@ def plan_call(
         missing = StoreError(f"no run {run_id}; start one with Gate.start_run or `tether run`")
         return Refuse(error=missing, writes=())
     state = RunState.load(record)
-    if state.principal_seal is not None and not seals.verify_seal(
-        "principal", sealed_identity(run_id, state.principal, state.budget), state.principal_seal
-    ):
-        # Who the run acts for (and its limits) was edited in the row: trusting it could
-        # hand the agent another tenant's data or scopes it was never given.
+    problem = seal_problem_of(state, run_id, seals)
+    if problem is not None:
+        # Who the run acts for, its limits or its counters were edited in the row (or a
+        # seal removed): trusting it could hand the agent another tenant's data, scopes it
+        # was never given, steps it already spent or a call the ledger already holds.
         edited = IntegrityError(
-            f"run {run_id}'s principal or budget limits do not match their seal: the run "
-            "row was edited outside tether, so none of its calls is judged — run "
-            "`tether audit verify`"
+            f"{problem}: the run row was changed outside tether, so none of its calls is "
+            "judged — run `tether audit verify`"
         )
         return Refuse(error=edited, writes=())
     actor = state.principal.subject
     base: dict[str, Any] = {"call_id": call.call_id, "tool": call.tool}
-    if record.status == RunStatus.CANCELLED:
+    if record.status == RunStatus.CANCELLED or state.cancelled:
         cancelled = RunStateError(
             f"run {run_id} was cancelled; none of its calls is dispatched any more"
         )
@@ -264,7 +245,8 @@ def plan_call(
     if isinstance(judged, Admit) and judged.fresh:
         effects = (effects if effects is not None else view.effect_count) + 1
     # The step counts whatever the verdict; one write of the run per transaction.
-    run_write = RunWrite(record, checkpoint(state, _budget_after(judged, budget), effects))
+    after = checkpoint(state, _budget_after(judged, budget), effects, run_id=run_id, seals=seals)
+    run_write = RunWrite(record, after)
     return _with_writes(judged, (*judged.writes, run_write))
 
 

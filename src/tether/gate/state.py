@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json
 from tether.core.principal import Principal
+from tether.core.runseal import COUNTERS_SEAL, Seals, seal_problem, sealed_counters
 from tether.store.rows import RunRecord
 
 
@@ -31,6 +32,10 @@ class RunState:
     # tether's back (None for runs from before the count was kept).
     effects: int | None = None
     principal_seal: str | None = None
+    # Set by ``tether runs cancel`` and sealed with the counters: a status column set back
+    # to ``running`` does not undo it (``tether.core.runseal``).
+    cancelled: bool = False
+    counters_seal: str | None = None
 
     @classmethod
     def load(cls, record: RunRecord) -> RunState:
@@ -50,6 +55,8 @@ class RunState:
             extra={k: v for k, v in data.items() if k not in _OWN},
             effects=data.get("effects"),
             principal_seal=data.get("principal_seal"),
+            cancelled=data.get("cancelled") is True,
+            counters_seal=data.get("counters_seal"),
         )
 
     def dump(self) -> str:
@@ -66,10 +73,14 @@ class RunState:
             own["effects"] = self.effects
         if self.principal_seal is not None:
             own["principal_seal"] = self.principal_seal
+        if self.cancelled:
+            own["cancelled"] = True
+        if self.counters_seal is not None:
+            own["counters_seal"] = self.counters_seal
         return canonical_json({**self.extra, **own})
 
 
-_OWN = ("principal", "budget", "effects", "principal_seal")
+_OWN = ("principal", "budget", "effects", "principal_seal", "cancelled", "counters_seal")
 
 # Checkpoint text -> the state it holds. The gate loads a run's checkpoint at every call and
 # it is, byte for byte, the one it wrote at the call before; parsing it again (JSON, then a
@@ -97,10 +108,33 @@ def _remember(text: str, state: RunState) -> None:
             extra=MappingProxyType(dict(state.extra)),
             effects=state.effects,
             principal_seal=state.principal_seal,
+            cancelled=state.cancelled,
+            counters_seal=state.counters_seal,
         )
     if len(_PARSED) >= _PARSED_MAX:
         _PARSED.clear()
     _PARSED[text] = state
+
+
+def sealed(state: RunState, run_id: str, seals: Seals) -> RunState:
+    """``state`` with its counters sealed afresh (after every change to them)."""
+    effects = state.effects if state.effects is not None else 0
+    payload = sealed_counters(run_id, state.budget, effects, state.cancelled)
+    return replace(state, effects=effects, counters_seal=seals.seal(COUNTERS_SEAL, payload))
+
+
+def seal_problem_of(state: RunState, run_id: str, seals: Seals) -> str | None:
+    """What is wrong with the run's seals (``tether.core.runseal``), or None."""
+    return seal_problem(
+        seals,
+        run_id,
+        principal=state.principal,
+        budget=state.budget,
+        effects=state.effects,
+        cancelled=state.cancelled,
+        principal_seal=state.principal_seal,
+        counters_seal=state.counters_seal,
+    )
 
 
 def new_id(prefix: str) -> str:

@@ -23,11 +23,13 @@ from tether.core.lifecycle import RunStatus
 from tether.errors import ApprovalRequired, RunNotFound, RunStateError, TetherError
 from tether.gate.desk import approval_audit
 from tether.gate.pipeline import Gate, ToolCall
+from tether.gate.state import RunState, seal_problem_of, sealed
 from tether.identity import live_credential
 from tether.models import Message
 from tether.runs.log import append
 from tether.runs.turns import open_turn
 from tether.store import Store
+from tether.store.base import Tx
 from tether.store.rows import RunRecord
 
 
@@ -97,7 +99,7 @@ def cancel(
             detail += f"; closed {', '.join(a.approval_id for a in closed)}"
         cancelled = append(
             tx,
-            record,
+            with_cancelled_flag(tx, record),
             now=at,
             steps=[("cancelled", detail)],
             status=RunStatus.CANCELLED.value,
@@ -117,6 +119,17 @@ def cancel(
             },
         )
     return Cancelled(cancelled, tuple(closed))
+
+
+def with_cancelled_flag(tx: Tx, record: RunRecord) -> RunRecord:
+    """``record`` with the cancellation in its sealed counters, so that setting the status
+    column back to ``running`` does not undo it. A run whose seals already fail is not
+    sealed again (that would bless the edit); the flag is set and the gate still refuses it."""
+    state = RunState.load(record)
+    flagged = replace(state, cancelled=True)
+    if seal_problem_of(state, record.run_id, tx.keys) is None:
+        flagged = sealed(flagged, record.run_id, tx.keys)
+    return replace(record, checkpoint_json=flagged.dump())
 
 
 def refuse_open_calls(gate: Gate, run_id: str) -> None:

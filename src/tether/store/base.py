@@ -7,39 +7,34 @@ the rules (compare-and-swap on run versions, status checks on effects and approv
 and authenticating audit entries, remembering the digest of every row written so the next
 entry records it) live here once, so every backend enforces them the same way.
 
-A store is opened with its audit keyring (``tether.evidence.keys``): ``Store._attach_keys``
-finds it, makes one only for a writer opening a store that has none, and refuses a store
-whose recorded key the ring lacks. The module is long because it is the store contract,
-written once for every backend.
+A store is opened with its audit keyring (``tether.evidence.keys``), which
+``tether.store.keying`` finds, makes only for a writer opening a store that has none, and
+refuses when the store records a key the ring lacks. The module is long because it is the
+store contract, written once for every backend.
 """
 
 from __future__ import annotations
 
 import abc
 import collections
-import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
-from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.approvals import REQUEST_SEAL, Approval, ApprovalStatus, request_payload
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.errors import (
     AlreadyExists,
-    AuditKeyMissing,
     InvalidTransition,
     NotFound,
     OperationConflict,
-    ReadOnlyStore,
     StaleState,
     StoreError,
 )
-from tether.evidence import keys as keyring
 from tether.evidence.audit import (
     CHAINS,
     MAIN,
@@ -51,19 +46,18 @@ from tether.evidence.audit import (
 )
 from tether.evidence.crosscheck import (
     APPROVAL,
+    CREDENTIAL,
     EFFECT,
     RUN,
     Evidence,
     approval_digest,
     effect_digest,
+    row_digest,
     verify_evidence,
 )
 from tether.evidence.keys import AuditKeys
+from tether.store import keying
 from tether.store.rows import CallView, CredentialRecord, NotificationRecord, RunRecord, StepRecord
-
-# tether_meta keys
-STORE_ID = "store_id"  # names the store in checkpoints and in its default key file
-AUDIT_KEY_ID = "audit_key_id"  # the current audit key; a ring without it cannot open the store
 
 
 class Tx(abc.ABC):
@@ -206,13 +200,25 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def get_credential(self, credential_id: str) -> CredentialRecord | None: ...
 
-    def insert_credential(self, credential: CredentialRecord) -> None:
-        if not self._insert_credential(credential):
+    def insert_credential(self, credential: CredentialRecord) -> CredentialRecord:
+        """Store ``credential`` sealed with the audit key; returns it as stored."""
+        sealed = self._sealed(credential)
+        if not self._insert_credential(sealed):
             raise AlreadyExists(f"credential {credential.credential_id} already exists")
+        self._touched[CREDENTIAL + sealed.credential_id] = row_digest(sealed.row())
+        return sealed
 
-    def update_credential(self, credential: CredentialRecord) -> None:
-        if not self._update_credential(credential):
+    def update_credential(self, credential: CredentialRecord) -> CredentialRecord:
+        """Write ``credential`` (its changing fields), sealed again; returns it as stored."""
+        sealed = self._sealed(credential)
+        if not self._update_credential(sealed):
             raise NotFound(f"no credential {credential.credential_id}")
+        self._touched[CREDENTIAL + sealed.credential_id] = row_digest(sealed.row())
+        return sealed
+
+    def _sealed(self, credential: CredentialRecord) -> CredentialRecord:
+        seal = self.keys.seal(CredentialRecord.SEAL, credential.sealed_payload())
+        return replace(credential, seal=seal)
 
     # -- approvals ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -225,10 +231,16 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def approvals_for_run(self, run_id: str) -> list[Approval]: ...
 
-    def insert_approval(self, approval: Approval) -> None:
+    def insert_approval(self, approval: Approval) -> Approval:
+        """Store ``approval`` with its request sealed (``request_payload``); returns it as
+        stored."""
+        if approval.request_seal is None:
+            seal = self.keys.seal(REQUEST_SEAL, request_payload(approval))
+            approval = replace(approval, request_seal=seal)
         if not self._insert_approval(approval):
             raise AlreadyExists(f"approval {approval.approval_id} already exists")
         self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
+        return approval
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
         if not self._cas_approval(approval, expected):
@@ -484,6 +496,12 @@ class Store(abc.ABC):
     def _state_items(self) -> Iterable[tuple[str, str]]:
         return self.state_digests().items()
 
+    @property
+    def sealing_keys(self) -> AuditKeys | None:
+        """The keys to check rows' seals with while verifying; None for a ring that holds
+        only a public key (``audit verify --public-key``), which checks no MACs either."""
+        return self.keys if self.keys.key_ids else None
+
     def verify_audit(self) -> AuditReport:
         """Verify the chains and their MACs, then check the state against the log, in one
         pass over the log. Raises ``AuditKeyMissing`` if there is a log but no key to check
@@ -498,97 +516,14 @@ class Store(abc.ABC):
 
     def _attach_keys(self, keys: AuditKeys | None) -> None:
         """Find (or, for a writer opening a store that records none, make) the keyring, and
-        record it in the store. Called once by each backend as it opens."""
-        self.key_file = None
-        with self.read() as tx:
-            self.store_id, recorded = tx.get_meta(STORE_ID), tx.get_meta(AUDIT_KEY_ID)
-        if self.store_id is None and not self.read_only:
-            self.store_id = self._ensure_store_id()
-        self.keys = keys if keys is not None else self._find_keys(recorded)
-        if self.read_only and not self.keys.key_ids and self.keys.public_key:
-            return  # a public key only: enough to check checkpoint signatures, not MACs
-        if recorded is not None and not self.keys.has(recorded):
-            raise AuditKeyMissing(
-                f"audit key {recorded} is not in {self.keys.source}; restore the key file"
-            )
-        if not self.read_only and recorded != self.keys.key_id:
-            self._adopt_keys()
-
-    def _ensure_store_id(self) -> str:
-        with self._setup_transaction() as tx:
-            if tx.get_meta(STORE_ID) is None:
-                tx._insert_meta(STORE_ID, uuid.uuid4().hex[:16])  # a racing opener may win
-            found = tx.get_meta(STORE_ID)
-        assert found is not None
-        return found
-
-    def _find_keys(self, recorded: str | None) -> AuditKeys:
-        default = self.default_key_path(self.store_id)
-        found = keyring.find_keys(default)
-        path = keyring.key_file(default)
-        if found is not None:
-            self.key_file = path if found.source == str(path) else None
-            return found
-        looked = keyring.where(default)
-        if recorded is not None:
-            raise AuditKeyMissing(f"audit key {recorded} is not in {looked}; restore the key file")
-        if self.read_only:  # a reader makes no key; verifying a non-empty log will say so
-            return AuditKeys.empty(
-                f"there is no audit key for {self.url} in {looked}; if the store was made "
-                "before audit keys, open it once with a writer (`tether migrate`) to adopt one"
-            )
-        if path is None:
-            return AuditKeys.ephemeral()  # nowhere to keep one: a database in memory
-        self._refuse_if_keyed(looked)
-        self.key_file = path
-        return keyring.create_key_file(path)
-
-    def _refuse_if_keyed(self, looked: str) -> None:
-        """Never make a new key for a log some key already authenticates (its record in
-        ``tether_meta`` was lost): that would be silently trusting whatever is there."""
-        used = sorted({e.key_id for e in self.audit_entries() if e.key_id is not None})
-        if used:
-            raise AuditKeyMissing(
-                f"the audit log is authenticated with key {used[0]}, which is not in {looked}, "
-                "and the store records no key; restore the key file"
-            )
-
-    def _adopt_keys(self) -> None:
-        """Record the ring's current key. A log with no authenticated entry (made before
-        keys existed) is authenticated now, with its state: trust on first use, recorded."""
-        now = time.time()
-        with self._setup_transaction() as tx:
-            tx.lock_setup()
-            recorded = tx.get_meta(AUDIT_KEY_ID)
-            if recorded == self.keys.key_id:
-                return  # another opener did it first
-            tx.set_meta(AUDIT_KEY_ID, self.keys.key_id)
-            if recorded is not None:
-                change = {"from": recorded, "to": self.keys.key_id}
-                tx.append_audit("audit_key_changed", at=now, data=change)
-                return
-            entries = list(self.audit_entries())
-            if entries and all(e.mac is None for e in entries):
-                count = tx.authenticate_unkeyed()
-                tx.record_rows(self.state_digests())
-                adopted = {"key_id": self.keys.key_id, "entries": count, "trust": "first use"}
-                tx.append_audit("audit_key_adopted", at=now, data=adopted)
+        record it in the store. Called once by each backend as it opens (``keying``)."""
+        keying.attach_keys(self, keys)
 
     def rotate_audit_key(self) -> AuditKeys:
         """A new current audit key, saved where the ring came from (a key file) before the
         store records it; old keys stay in the ring to verify old entries. Returns the new
         ring (to hand out as ``$TETHER_AUDIT_KEY`` when it did not come from a file)."""
-        if self.read_only:
-            raise ReadOnlyStore(f"{self.url} is open read-only; cannot rotate its key")
-        old, new = self.keys, self.keys.rotated()
-        if self.key_file is not None:
-            keyring.save_key_file(self.key_file, new)
-        self.keys = new
-        with self.transaction() as tx:
-            tx.set_meta(AUDIT_KEY_ID, new.key_id)
-            data = {"from": old.key_id, "to": new.key_id}
-            tx.append_audit("audit_key_rotated", at=time.time(), data=data)
-        return new
+        return keying.rotate_audit_key(self)
 
     def close(self) -> None:  # noqa: B027 - optional for backends with nothing to release
         """Release connections; the store must not be used afterwards."""

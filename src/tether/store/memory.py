@@ -19,11 +19,14 @@ from tether.core.ledger import Effect, EffectStatus
 from tether.evidence.audit import MAIN, AuditEntry, AuditHead, entry_row
 from tether.evidence.crosscheck import (
     APPROVAL,
+    CREDENTIAL,
     EFFECT,
     RUN,
     Evidence,
     approval_digest,
     effect_digest,
+    row_digest,
+    run_value,
 )
 from tether.evidence.keys import AuditKeys
 from tether.store.base import Store, Tx
@@ -341,14 +344,32 @@ class MemoryStore(Store):
         with self._lock:
             entries = list(self._tables.audit)
             heads = self.audit_heads()
-            state = self.state_digests()
+            state = self._state(self.sealing_keys)
         yield Evidence(map(entry_row, entries), heads, state.items)
 
     def state_digests(self) -> dict[str, str]:
+        return self._state(None, check_runs=False)
+
+    def _state(self, keys: AuditKeys | None, *, check_runs: bool = True) -> dict[str, str]:
         with self._lock:
             t = self._tables
+            counts: dict[str, int] = {}
+            for e in t.effects.values():
+                counts[e.run_id] = counts.get(e.run_id, 0) + 1
             return {
                 **{EFFECT + k: effect_digest(e) for k, e in t.effects.items()},
                 **{APPROVAL + k: approval_digest(a) for k, a in t.approvals.items()},
-                **dict.fromkeys((RUN + k for k in t.runs), ""),
+                **{
+                    RUN + k: run_value(
+                        keys,
+                        k,
+                        (r.status, r.principal_id, r.tenant_id),
+                        r.checkpoint_json,
+                        counts.get(k, 0),
+                    )
+                    if check_runs
+                    else ""
+                    for k, r in t.runs.items()
+                },
+                **{CREDENTIAL + k: row_digest(c.row()) for k, c in t.credentials.items()},
             }

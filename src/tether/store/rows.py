@@ -5,11 +5,14 @@ call. Field order is column order (``tether.core.records``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from tether.core.approvals import Approval
 from tether.core.ledger import Effect
 from tether.core.records import FIXED, Record
+
+if TYPE_CHECKING:
+    from tether.evidence.keys import AuditKeys
 
 __all__ = ["CallView", "CredentialRecord", "NotificationRecord", "RunRecord", "StepRecord"]
 
@@ -47,15 +50,30 @@ class StepRecord(Record):
 @dataclass(frozen=True)
 class CredentialRecord(Record):
     """A stored credential: who it names, what kind of identity, and only the hash of its
-    secret (the secret itself is shown once, when it is made, and never stored)."""
+    secret (the secret itself is shown once, when it is made, and never stored).
+
+    ``seal`` is the audit key's MAC over every other field (``sealed_payload``), made by the
+    store as it writes the row: a row inserted or edited with plain SQL, without the key, has
+    none that verifies, and decides nothing (``tether.identity``)."""
 
     credential_id: Annotated[str, FIXED]
     name: Annotated[str, FIXED]
-    kind: Annotated[str, FIXED]  # "approver" or "principal"
+    kind: Annotated[str, FIXED]  # "approver", "principal" or "admin"
     token_hash: Annotated[str, FIXED]
     record_json: str  # tenants, scopes and the rest, as canonical JSON
     created_at: Annotated[float, FIXED]
     revoked_at: float | None = None
+    seal: str | None = None
+
+    SEAL: ClassVar[str] = "credential"  # the seal's purpose: it cannot stand in for another
+
+    def sealed_by(self, keys: AuditKeys) -> bool:
+        """Whether the row is as tether wrote it: its seal verifies with ``keys``."""
+        return keys.verify_seal(self.SEAL, self.sealed_payload(), self.seal)
+
+    def sealed_payload(self) -> list[Any]:
+        """What the seal covers: the row's cells but the seal, as written and read back."""
+        return list(self.row()[:-1])
 
 
 @dataclass(frozen=True, kw_only=True)

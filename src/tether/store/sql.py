@@ -24,6 +24,7 @@ from tether.evidence.audit import AuditEntry, AuditHead
 from tether.evidence.crosscheck import (
     APPROVAL,
     APPROVAL_COLUMNS,
+    CREDENTIAL,
     EFFECT,
     EFFECT_COLUMNS,
     RUN,
@@ -31,6 +32,7 @@ from tether.evidence.crosscheck import (
     approval_cells,
     effect_cells,
     row_digest,
+    run_value,
 )
 from tether.evidence.keys import AuditKeys
 from tether.store.base import Store, Tx
@@ -85,14 +87,15 @@ RUN_WIDTH, EFFECT_WIDTH = len(shape(RunRecord).names), len(shape(Effect).names)
 @cache
 def call_view_sql(approval_order: str) -> str:
     """The gate's one read per call (``Tx.call_view``): the run, the call's effect, the
-    latest approval for the call (ordered as ``find_approval`` orders them) and the run's
-    effect count from the trigger-kept ``effect_counts``. The run and effect are LEFT JOINed
+    latest approval for the call (ordered as ``find_approval`` orders them) and how many
+    effect rows the run has, counted (one index range; a count kept by a trigger is only as
+    good as the trigger, which whoever edits rows can drop). The run and effect are LEFT JOINed
     to a one-row FROM, so what is missing comes back as NULLs rather than as no row."""
     return (
         f"SELECT {RunRecord.columns('r')}, {Effect.columns('e')}, "
         "(SELECT record_json FROM approvals WHERE run_id = ? AND call_id = ? "
         f"ORDER BY created_at DESC, {approval_order} DESC LIMIT 1), "
-        "(SELECT n FROM effect_counts WHERE run_id = ?) "
+        "(SELECT count(*) FROM agent_effects WHERE run_id = ?) "
         "FROM (SELECT 1 AS one) AS one "
         "LEFT JOIN agent_runs r ON r.run_id = ? "
         "LEFT JOIN agent_effects e ON e.run_id = ? AND e.call_id = ?"
@@ -157,7 +160,9 @@ class SQLStore(Store):
     def evidence(self) -> Iterator[Evidence]:
         with self._read_snapshot() as stream:
             heads = {r[0]: AuditHead(r[1], r[2]) for r in stream(self.HEADS_SELECT)}
-            yield Evidence(stream(self.AUDIT_SELECT), heads, lambda: state_rows(stream))
+            yield Evidence(
+                stream(self.AUDIT_SELECT), heads, lambda: state_rows(stream, self.sealing_keys)
+            )
 
     def state_digests(self) -> dict[str, str]:
         return state_digests(*(self._query(q) for q in STATE_QUERIES))
@@ -221,19 +226,26 @@ class SQLStore(Store):
 STATE_QUERIES = (
     f"SELECT {EFFECT_COLUMNS} FROM agent_effects",
     f"SELECT {APPROVAL_COLUMNS} FROM approvals",
-    "SELECT run_id FROM agent_runs",
+    "SELECT r.run_id, r.status, r.principal_id, r.tenant_id, r.checkpoint_json, "
+    "(SELECT count(*) FROM agent_effects e WHERE e.run_id = r.run_id) FROM agent_runs r",
+    f"SELECT {CREDENTIAL_COLUMNS} FROM credentials",
 )
 
 
 def state_digests(
-    effects: list[tuple[Any, ...]], approvals: list[tuple[Any, ...]], runs: list[tuple[Any, ...]]
+    effects: list[tuple[Any, ...]],
+    approvals: list[tuple[Any, ...]],
+    runs: list[tuple[Any, ...]],
+    credentials: list[tuple[Any, ...]],
 ) -> dict[str, str]:
     """Row digests straight from the rows as stored: a row edited into something that no
-    longer parses as a record is still just a row whose digest does not match."""
+    longer parses as a record is still just a row whose digest does not match. (What an
+    adopted log records; a run's row is checked on its own, so it records "".)"""
     return {
         **{EFFECT + str(r[0]): row_digest(r) for r in effects},
         **{APPROVAL + str(r[0]): row_digest(r) for r in approvals},
         **{RUN + str(r[0]): "" for r in runs},
+        **{CREDENTIAL + str(r[0]): row_digest(r) for r in credentials},
     }
 
 
@@ -241,15 +253,22 @@ def approval_from_json(record_json: str) -> Approval:
     return Approval.from_dict(json.loads(record_json))
 
 
-def state_rows(stream: Callable[[str], Iterator[tuple[Any, ...]]]) -> Iterator[tuple[str, str]]:
-    """The state's row digests as ``state_digests`` gives them, streamed a row at a time."""
-    effects, approvals, runs = STATE_QUERIES
+def state_rows(
+    stream: Callable[[str], Iterator[tuple[Any, ...]]], keys: AuditKeys | None
+) -> Iterator[tuple[str, str]]:
+    """The state as ``check_state`` reads it, streamed a row at a time: each effect's,
+    approval's and credential's digest, and what is wrong with each run row ("" if
+    nothing; its seals checked with ``keys`` unless None)."""
+    effects, approvals, runs, credentials = STATE_QUERIES
     for r in stream(effects):
         yield EFFECT + str(r[0]), row_digest(r)
     for r in stream(approvals):
         yield APPROVAL + str(r[0]), row_digest(r)
-    for r in stream(runs):
-        yield RUN + str(r[0]), ""
+    for run_id, status, principal_id, tenant_id, checkpoint_json, count in stream(runs):
+        columns = (status, principal_id, tenant_id)
+        yield RUN + str(run_id), run_value(keys, run_id, columns, checkpoint_json, int(count))
+    for r in stream(credentials):
+        yield CREDENTIAL + str(r[0]), row_digest(r)
 
 
 def approval_from_row(row: tuple[Any, ...] | None) -> Approval | None:
@@ -310,7 +329,7 @@ class SQLTx(Tx):
         return None if row is None else Effect.from_row(row)
 
     def count_effects(self, run_id: str) -> int:
-        row = self._one("SELECT n FROM effect_counts WHERE run_id = ?", (run_id,))
+        row = self._one("SELECT count(*) FROM agent_effects WHERE run_id = ?", (run_id,))
         return 0 if row is None else int(row[0])
 
     def call_view(self, run_id: str, call_id: str) -> CallView:

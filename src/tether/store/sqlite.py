@@ -195,6 +195,16 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, seq)
     );
     """,
+    """
+    -- A credential's seal: the audit key's MAC over who it names, what it may do and whether
+    -- it is revoked (tether.identity). A row without a valid one decides nothing.
+    ALTER TABLE credentials ADD COLUMN seal TEXT;
+    -- A run's effect count is counted where it is used, not kept by a trigger: a dropped
+    -- trigger left a count that still matched after an effect row was deleted.
+    DROP TRIGGER IF EXISTS effect_counts_insert;
+    DROP TRIGGER IF EXISTS effect_counts_delete;
+    DROP TABLE IF EXISTS effect_counts;
+    """,
 ]
 
 
