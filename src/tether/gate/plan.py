@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core.approvals import Approval, ApprovalStatus, CallBinding, grant_payload, verify_grant
@@ -71,7 +71,7 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.gate.desk import approval_audit
-from tether.gate.state import RunState, seal_problem_of, sealed
+from tether.gate.state import RunState, seal_problem_of, sealed_checkpoint
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Decision, Policy, decide
 from tether.store.rows import CallView, RunRecord
@@ -188,8 +188,15 @@ def checkpoint(
     state: RunState, budget: Budget, effects: int | None = None, *, run_id: str, seals: Seals
 ) -> str:
     """The run's checkpoint after a step: the new budget counters and effect count, sealed."""
-    after = replace(state, budget=budget, effects=state.effects if effects is None else effects)
-    return sealed(after, run_id, seals).dump()
+    after = RunState(
+        principal=state.principal,
+        budget=budget,
+        extra=state.extra,
+        effects=state.effects if effects is None else effects,
+        principal_seal=state.principal_seal,
+        cancelled=state.cancelled,
+    )
+    return sealed_checkpoint(after, run_id, seals)
 
 
 def plan_call(
@@ -211,7 +218,7 @@ def plan_call(
         missing = StoreError(f"no run {run_id}; start one with Gate.start_run or `tether run`")
         return Refuse(error=missing, writes=())
     state = RunState.load(record)
-    problem = seal_problem_of(state, run_id, seals)
+    problem = seal_problem_of(state, run_id, seals, record.checkpoint_json)
     if problem is not None:
         # Who the run acts for, its limits or its counters were edited in the row (or a
         # seal removed): trusting it could hand the agent another tenant's data, scopes it

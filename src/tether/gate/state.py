@@ -123,8 +123,41 @@ def sealed(state: RunState, run_id: str, seals: Seals) -> RunState:
     return replace(state, effects=effects, counters_seal=seals.seal(COUNTERS_SEAL, payload))
 
 
-def seal_problem_of(state: RunState, run_id: str, seals: Seals) -> str | None:
-    """What is wrong with the run's seals (``tether.core.runseal``), or None."""
+def sealed_checkpoint(state: RunState, run_id: str, seals: Seals) -> str:
+    """``sealed(state)`` as the checkpoint text to store. The text is remembered as sound
+    under ``seals``: the gate reads it back at the run's next call, and checking seals this
+    process just made would only repeat its own work."""
+    text = sealed(state, run_id, seals).dump()
+    _remember_sound(run_id, seals, text)
+    return text
+
+
+def seal_problem_of(
+    state: RunState, run_id: str, seals: Seals, text: str | None = None
+) -> str | None:
+    """What is wrong with the run's seals (``tether.core.runseal``), or None. ``text`` is
+    the checkpoint ``state`` was loaded from, if the caller has it: text this process sealed
+    (or checked) under ``seals`` is not checked again."""
+    if text is not None and _SOUND.get((run_id, id(seals))) == text:
+        return None
+    problem = _seal_problem(state, run_id, seals)
+    if problem is None and text is not None:
+        _remember_sound(run_id, seals, text)
+    return problem
+
+
+# (run id, keyring) -> the last checkpoint text known to carry valid seals under that ring.
+# One entry per run, so an older text (a row put back) is checked again; bounded like _PARSED.
+_SOUND: dict[tuple[str, int], str] = {}
+
+
+def _remember_sound(run_id: str, seals: Seals, text: str) -> None:
+    if len(_SOUND) >= _PARSED_MAX:
+        _SOUND.clear()
+    _SOUND[run_id, id(seals)] = text
+
+
+def _seal_problem(state: RunState, run_id: str, seals: Seals) -> str | None:
     return seal_problem(
         seals,
         run_id,
