@@ -408,3 +408,38 @@ def test_a_url_with_another_query_string_is_the_same_destination() -> None:
     assert label_argument(index, "body", body, Check.LINKS, False).trust is Trust.TRUSTED
     other = "See https://news.example.org/tomorrow"
     assert label_argument(index, "body", other, Check.LINKS, False).trust is Trust.UNKNOWN
+
+
+# -- destinations the scanner cannot place are unknown, never trusted (issue 20) -------------
+@pytest.mark.parametrize(
+    "destination",
+    [
+        "bob@ex\u0430mple.com",  # a Cyrillic a: a homoglyph domain
+        "https://ex\u0430mple.com/pay",  # the same, as a link
+        "ex\u0430mple.com/login",  # a bare homoglyph link
+        "[the invoice](//evil.com/i)",  # a markdown link target, scheme-relative
+        "[the invoice](evil.com/i)",  # a markdown link target without a scheme
+        '<a href="//evil.com/i">the invoice</a>',  # an HTML link target
+        '"bob"@evil.com',  # a quoted local part
+        "bob\uff20evil.com",  # a fullwidth @
+        "bob%40evil.com",  # a percent-encoded @
+        "\uff45\uff56\uff49\uff4c\uff0e\uff43\uff4f\uff4d",  # fullwidth letters and full stop
+    ],
+)
+def test_a_destination_the_scanner_cannot_place_is_not_trusted(destination: str) -> None:
+    index = index_with("write to bob@example.com about the invoice", "nothing")
+    for check in (Check.IDENTIFIERS, Check.LINKS):
+        label = label_argument(index, "to", destination, check, False)
+        assert label.trust in (Trust.UNKNOWN, Trust.UNTRUSTED), (check, label)
+        assert not label.trusted
+
+
+def test_folding_keeps_what_the_user_wrote_trusted() -> None:
+    index = index_with("write to bob@example.com, the page https://example.com/pay", "x")
+    for same in ("BOB@EXAMPLE.COM", "bob%40example.com", "bob\uff20example.com"):
+        assert label_argument(index, "to", same, Check.IDENTIFIERS, False).trusted, same
+    link = "[pay](https://example.com/pay)"
+    assert label_argument(index, "body", link, Check.LINKS, False).trusted
+    # Prose with an @-mention or a name with accents has no destination in it.
+    for prose in ("thanks @alice, see you", "Merci, José. À demain"):
+        assert label_argument(index, "body", prose, Check.IDENTIFIERS, False).trust is Trust.NONE

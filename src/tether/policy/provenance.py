@@ -28,10 +28,12 @@ recognises (identifiers, URLs, addresses, paths) and they share one index.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import unquote
 
 from tether.core.screening import redact
 
@@ -116,10 +118,43 @@ def _host(url: str) -> str | None:
     return host[4:] if host.startswith("www.") else host
 
 
+_LINK_TARGET = re.compile(r"\]\(|\b(?:href|src|action)\s*=\s*[\"']?", re.IGNORECASE)
+
+
+def fold(text: str) -> str:
+    """Text as the scanner reads it: NFKC-folded (a fullwidth at sign or letter becomes the
+    plain one it stands for), percent-escapes decoded (``%40``), and the targets of markdown
+    and HTML links set apart as words of their own (``](…)``, ``href="…"``). Both the index
+    and the checks read text folded, so the user's own address matches however it is
+    written, and an obfuscated one is read for what it is."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    if "%" in text:
+        text = unquote(text)
+    if "](" in text or "=" in text:
+        text = _LINK_TARGET.sub(" ", text)
+    return text
+
+
+def unplaced(text: str) -> str | None:
+    """A word of ``text`` that looks like a destination (an address, a link, a dotted name
+    in another script) but that no pattern could place, or None. The checks treat it as
+    ``unknown``: what cannot be read cannot be trusted."""
+    for raw in fold(text).lower().split():
+        word = raw.strip(_STRIP)
+        if "@" in word and "." in word.rsplit("@", 1)[1].strip("."):
+            return word
+        if "//" in word:
+            return word
+        if not word.isascii() and "." in word.strip(".") and any(c.isalpha() for c in word):
+            return word
+    return None
+
+
 def links(text: str) -> list[str]:
     """The identifiers in ``text`` that say where something goes: email addresses, URLs and
     domains (normalised as ``identifiers`` gives them)."""
-    return _scan(text, every_kind=False, as_given=False)
+    return _scan(fold(text), every_kind=False, as_given=False)
 
 
 def identifiers(text: str, *, as_given: bool = False) -> list[str]:
@@ -127,7 +162,7 @@ def identifiers(text: str, *, as_given: bool = False) -> list[str]:
     A URL is identified by where it points (scheme, host, path): another query string is the
     same destination. ``as_given``: also each URL as written, query and all, which the index
     keeps so that a link followed verbatim can be recognised (``follow_links``)."""
-    return _scan(text, every_kind=True, as_given=as_given)
+    return _scan(fold(text), every_kind=True, as_given=as_given)
 
 
 # Python's regular expressions have no literal to skip ahead with for most of these, so a
@@ -160,6 +195,8 @@ def _scan(text: str, *, every_kind: bool, as_given: bool) -> list[str]:
                 run = 0
         if len(word) < 4 or word.isalpha():  # most words: nothing to find in them
             continue
+        if word.startswith("//"):  # scheme-relative: where it goes is the same
+            word = "https:" + word
         if "@" in word:
             for m in _EMAIL.finditer(word):
                 address = m.group(0).strip(".")
@@ -421,11 +458,20 @@ def label_argument(
     for _, leaf in _leaves(value):
         if not isinstance(leaf, str):
             continue
+        placed = False
         for found in extract(leaf):
-            seen = True
+            seen = placed = True
             trust, origin = index.place(found)
             if _RANK[trust] > _RANK[worst[0]]:
                 worst = (trust, None if sensitive else found, origin)
+        if not placed:
+            # Fail closed: a destination the scanner cannot read (a homoglyph domain, a
+            # quoted address) is unknown, never "nothing to check".
+            odd = unplaced(leaf)
+            if odd is not None:
+                seen = True
+                if _RANK[Trust.UNKNOWN] > _RANK[worst[0]]:
+                    worst = (Trust.UNKNOWN, None if sensitive else odd, None)
     if check is Check.TRUSTED and not seen and not isinstance(value, Mapping | list | tuple):
         # No identifier in it (a name, an amount): the value itself must be trusted input,
         # whole or word by word.
@@ -463,7 +509,7 @@ def egress_label(
     allow-list (or under one) counts as trusted configuration. ``follow_links``: a URL the
     run has seen verbatim — path and query exactly as given — may be fetched even if its
     domain is untrusted: the request then carries nothing but the link itself."""
-    host = domain_of(value) if isinstance(value, str) else None
+    host = domain_of(fold(value)) if isinstance(value, str) else None
     if host is None:
         return ArgumentProvenance(
             argument=name, trust=Trust.NONE, raw=value, token=None, origin=None
