@@ -6,6 +6,7 @@ wait for a human) are kept apart from failures: they are not errors, and code th
 
     TetherError
     ├── ConfigurationError          a registry, policy or URL that cannot be used
+    │   ├── MissingExtra            an optional part used without its extra installed
     │   ├── IdentityError           a registration or token file that cannot be used
     │   ├── AuditKeyMissing         the audit key a store or entry names is not to be found
     │   └── CheckpointUnreadable    a file that is not a tether checkpoint
@@ -66,6 +67,20 @@ class TetherError(Exception):
 
 class ConfigurationError(TetherError):
     """A registry, policy, store URL or app reference that cannot be used."""
+
+
+class MissingExtra(ConfigurationError, ImportError):
+    """An optional part of tether was used without the extra that installs its packages
+    (``tether.extras``); an ``ImportError`` too, so ``except ImportError`` still sees it."""
+
+    def __init__(self, what: str, extra: str, module: str) -> None:
+        ConfigurationError.__init__(
+            self,
+            f"{what} needs tether's [{extra}] extra, which is not installed (no module named "
+            f"{module!r}): pip install 'tether[{extra}]', or from a checkout "
+            f"pip install -e '.[{extra}]'",
+        )
+        self.extra, self.module = extra, module
 
 
 class Denied(TetherError, PermissionError):

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tether"
 # the core never imports what is built on it. (``evidence`` and ``store`` share a layer: the
 # store checks row digests with the evidence module, and checkpoints read a store.)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("tether.errors", "tether.crash"),
+    ("tether.errors", "tether.crash", "tether.extras"),
     ("tether.core",),
     ("tether.tools", "tether.models"),
     ("tether.policy",),

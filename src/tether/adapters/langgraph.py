@@ -42,21 +42,27 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
-from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain.tools.tool_node import ToolCallRequest
-from langchain_core.messages import (
-    AIMessage,
-    AnyMessage,
-    HumanMessage,
-    RemoveMessage,
-    ToolMessage,
-)
-from langchain_core.messages import ToolCall as LangChainToolCall
-from langchain_core.runnables import RunnableConfig
-from langgraph.config import get_config
-from langgraph.runtime import Runtime
-from langgraph.types import Command, interrupt
 from pydantic import AfterValidator
+
+from tether.extras import missing
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.tools.tool_node import ToolCallRequest
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        HumanMessage,
+        RemoveMessage,
+        ToolMessage,
+    )
+    from langchain_core.messages import ToolCall as LangChainToolCall
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.config import get_config
+    from langgraph.runtime import Runtime
+    from langgraph.types import Command, interrupt
+except ModuleNotFoundError as e:
+    raise missing("langgraph", "tether.adapters.langgraph", e) from None
 
 from tether.adapters.inputs import UserInputs
 from tether.adapters.langchain import langchain_tools

@@ -128,6 +128,16 @@ def run() -> None:
     except click.ClickException as e:
         click.echo(f"error: {e.format_message()}", err=True)  # a store that cannot be opened
         sys.exit(2)
+    except ModuleNotFoundError as e:
+        from tether.errors import MissingExtra
+        from tether.extras import extra_for
+
+        extra = extra_for(e)
+        if extra is None:
+            raise
+        what = f"`tether {' '.join(a for a in sys.argv[1:3] if not a.startswith('-'))}`"
+        click.echo(f"error: {MissingExtra(what, extra, e.name or '?')}", err=True)
+        sys.exit(2)
     except Exception as e:
         from tether.errors import TetherError
 

@@ -28,10 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import Budget
 from tether.core.principal import Principal
-from tether.mcp.caller import Caller
-from tether.mcp.config import GatewayConfig, ServerConfig, tool_configs
-from tether.mcp.gateway import Gateway
-from tether.mcp.pins import Lock, read_lock
+from tether.extras import missing
+
+try:
+    from tether.mcp.caller import Caller
+    from tether.mcp.config import GatewayConfig, ServerConfig, tool_configs
+    from tether.mcp.gateway import Gateway
+    from tether.mcp.pins import Lock, read_lock
+except ModuleNotFoundError as e:
+    raise missing("mcp", "tether.mcp.client", e) from None
 from tether.policy.rules import Policy
 
 if TYPE_CHECKING:

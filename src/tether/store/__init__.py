@@ -34,7 +34,7 @@ def open_store(
         return MemoryStore(keys=keys)
     if kind == "sqlite":
         return SQLiteStore(url, create=create, read_only=read_only, keys=keys)
-    from tether.store.postgres import PostgresStore  # needs the postgres extra
+    from tether.store.postgres import PostgresStore  # without [postgres]: MissingExtra
 
     return PostgresStore(url, create=create, read_only=read_only, keys=keys)
 

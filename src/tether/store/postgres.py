@@ -44,6 +44,7 @@ from tether.errors import (
 )
 from tether.evidence.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys, config_key_path
+from tether.extras import missing
 from tether.store import migrations
 from tether.store.base import Tx
 from tether.store.rows import RunRecord
@@ -52,8 +53,8 @@ from tether.store.sql import CLAIMABLE, RUN_COLUMNS, SQLStore, SQLTx
 try:
     import psycopg
     import psycopg_pool
-except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'tether[postgres]'") from e
+except ModuleNotFoundError as e:  # tests/cli/test_extras.py runs without it
+    raise missing("postgres", "the PostgreSQL store", e) from None
 
 # Position in this list is the schema version; append, never edit (store/migrations.py says
 # why it is one shorter than SQLite's).

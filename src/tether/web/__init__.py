@@ -19,7 +19,11 @@ __all__ = ["WebConfig", "create_app"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from tether.web import app
+        from tether.extras import missing
 
+        try:
+            from tether.web import app
+        except ModuleNotFoundError as e:
+            raise missing("web", f"tether.web.{name}", e) from None
         return getattr(app, name)
     raise AttributeError(f"module 'tether.web' has no attribute {name!r}")
