@@ -42,12 +42,14 @@ def ensure_venv(extras: str = "dev") -> None:
     if not (BIN / "python").exists():
         print(f"creating {VENV}", flush=True)
         venv.create(VENV, with_pip=True)
-    sh(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]")
+    sh(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]" if extras else ".")
     stamp.write_text(want)
 
 
 def demo(args: list[str]) -> None:
-    ensure_venv()
+    # The demo needs tether's core alone (six packages, seconds to install), not the
+    # frameworks, browsers and servers the tests use.
+    ensure_venv("")
     sh(BIN / "tether", "demo", *args)
 
 
