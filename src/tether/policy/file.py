@@ -6,6 +6,7 @@ errors, so a misspelt ``decison`` cannot silently mean "no rule") and gives the 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import pydantic
@@ -38,6 +39,25 @@ class _ConstraintSpec(pydantic.BaseModel):
     argument: str
     op: ConstraintOp
     value: Any
+
+    @pydantic.model_validator(mode="after")
+    def _value_fits_op(self) -> _ConstraintSpec:
+        # Refused here, at load, rather than at the first call the constraint judges.
+        op, value = self.op, self.value
+        if op == "matches":
+            if not isinstance(value, str):
+                raise ValueError(f"'matches' takes a regular expression as a string, not {value!r}")
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"the regular expression {value!r} does not compile: {e}") from e
+        elif op in ("in", "not_in") and not isinstance(value, list):
+            raise ValueError(f"{op!r} takes a list of values, e.g. value = [{value!r}]")
+        elif op in ("<", "<=", ">", ">=") and (
+            isinstance(value, bool) or not isinstance(value, int | float)
+        ):
+            raise ValueError(f"{op!r} compares numbers; {value!r} is not one")
+        return self
 
 
 class _ToolSpec(pydantic.BaseModel):
@@ -127,7 +147,7 @@ class _PolicyFile(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     version: str
     approvers: list[str] = []
-    approval_ttl_seconds: float = pydantic.Field(default=3600.0, gt=0)
+    approval_ttl_seconds: float = pydantic.Field(default=3600.0, gt=0, strict=True)
     on_injection: Verdict = Verdict.DENY
     tiers: dict[Risk, Verdict] = {}
     tools: dict[str, _ToolSpec] = {}

@@ -89,10 +89,20 @@ class Policy:
 
     @classmethod
     def from_toml(cls, source: str | Path) -> Policy:
-        """Load a policy file; ``source`` is a path or the TOML text itself."""
+        """Load a policy file; ``source`` is a path (a ``Path``, or a string naming a
+        ``.toml`` file) or the TOML text itself."""
         import tomllib
 
-        text = Path(source).read_text() if isinstance(source, Path) else source
+        if isinstance(source, str) and "\n" not in source and source.strip().endswith(".toml"):
+            source = Path(source.strip())  # a file name, not a one-line document
+        if isinstance(source, Path):
+            try:
+                text = source.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                why = e.strerror if isinstance(e, OSError) else "it is not UTF-8 text"
+                raise ConfigurationError(f"cannot read policy file {source}: {why}") from None
+        else:
+            text = source
         try:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
