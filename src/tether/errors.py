@@ -350,7 +350,15 @@ class StaleState(StoreError):
 
 
 class ModelError(TetherError):
-    """The model could not be asked: an HTTP error, a refused key, an unreadable answer."""
+    """The model could not be asked: an HTTP error, a refused key, an unreadable answer.
+
+    ``retryable``: asking again later may work (a timeout, a rate limit, the provider's own
+    failure, a connection that did not open). A run whose model fails so waits
+    (``awaiting_model``) rather than failing; any other model error ends the run."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class IntegrityError(TetherError):

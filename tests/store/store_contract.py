@@ -323,6 +323,19 @@ class StoreContract:
         with store.transaction() as tx:  # the lease expired: claimable again
             assert [r.run_id for r in tx.claimable(60.0, 10)] == ["driven", "leased", "queued"]
 
+    def test_a_run_waiting_for_its_model_is_claimable_a_minute_later(self, store: Store) -> None:
+        from dataclasses import replace
+
+        from tether.core.lifecycle import MODEL_RETRY_AFTER_S
+
+        with store.transaction() as tx:
+            tx.insert_run(replace(run_record("waits"), status="awaiting_model", updated_at=100.0))
+            tx.append_message("waits", 1, '{"role":"user","content":"hi"}')
+        with store.transaction() as tx:
+            assert tx.claimable(100.0 + MODEL_RETRY_AFTER_S / 2, 10) == []  # not yet
+            later = [r.run_id for r in tx.claimable(101.0 + MODEL_RETRY_AFTER_S, 10)]
+            assert later == ["waits"]
+
     # -- evidence: MACs and row digests (I10) ----------------------------------------------------
     def test_the_store_records_its_id_and_key(self, store: Store) -> None:
         from tether.store.keying import AUDIT_KEY_ID, STORE_ID

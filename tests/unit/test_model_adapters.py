@@ -18,7 +18,7 @@ import anthropic
 import openai
 import pytest
 
-from tether import Gate, Message, ModelToolCall, Policy, Principal, Registry
+from tether import Gate, Message, ModelToolCall, Policy, Principal, Registry, Risk, Verdict
 from tether.compat import run_with_approval
 from tether.errors import ModelError
 from tether.models.anthropic import AnthropicModel
@@ -679,3 +679,100 @@ def test_run_with_approval_end_to_end_over_openai(
         {"role": "tool", "tool_call_id": "call_1", "content": result.messages[2].content},
     ]
     assert "deleted r42" in result.messages[2].content
+
+
+# -- a run survives its model (issue 22) ---------------------------------------------------
+def refund_registry(refunds: list[str]) -> Registry:
+    reg = Registry()
+
+    @reg.tool(risk="write")
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    return reg
+
+
+WRITES_ALLOWED = Policy(version="p-1", tiers={Risk.WRITE: Verdict.ALLOW})
+UNAVAILABLE = {"error": {"message": "upstream overloaded", "type": "server_error"}}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_model_that_fails_after_a_write_leaves_the_run_resumable_with_one_effect(
+    server: FakeProvider,
+    openai_client: openai.OpenAI,
+    anthropic_client: anthropic.Anthropic,
+    provider: str,
+) -> None:
+    """The model proposes a refund, the refund commits, then the provider answers 503 on
+    every attempt: the run waits (``awaiting_model``), not ``failed``; resumed once the
+    provider is back, it finishes without refunding again."""
+    from tether.runs.asking import Asking
+    from tether.runs.runner import Runner
+
+    refunds: list[str] = []
+    gate = Gate(refund_registry(refunds), WRITES_ALLOWED, MemoryStore())
+    if provider == "openai":
+        model: Any = OpenAIChatModel("gpt-test", client=openai_client)
+        server.reply(
+            chat_completion(None, [function_call("call_1", "refund", '{"order_id": "o-7"}')])
+        )
+        final = chat_completion("Refunded o-7.")
+    else:
+        model = AnthropicModel("claude-test", client=anthropic_client)
+        server.reply(anthropic_message(tool_use("call_1", "refund", {"order_id": "o-7"})))
+        final = anthropic_message(text_block("Refunded o-7."))
+    for _ in range(3):  # every attempt: the first and two retries
+        server.reply(UNAVAILABLE, status=503)
+    slept: list[float] = []
+    runner = Runner(gate, model, asking=Asking(retries=2, backoff_s=0.5, sleep=slept.append))
+    waiting = runner.start("refund order o-7", Principal(subject="user-42", tenant="acme"))
+    assert waiting.status == "awaiting_model"
+    assert slept == [0.5, 1.0]  # backoff between the attempts
+    assert refunds == ["o-7"]
+    assert waiting.steps[-1].kind == "model_unavailable" and "503" in waiting.steps[-1].detail
+    server.reply(final)
+    done = runner.resume(waiting.run_id)
+    assert (done.status, done.final) == ("completed", "Refunded o-7.")
+    assert refunds == ["o-7"]  # one intended refund, one refund
+    assert len(gate.store.list_effects(waiting.run_id)) == 1
+
+
+def test_a_model_that_refuses_fails_the_run_and_says_what_it_did(
+    server: FakeProvider, openai_client: openai.OpenAI
+) -> None:
+    from tether.runs.runner import Runner
+
+    refunds: list[str] = []
+    gate = Gate(refund_registry(refunds), WRITES_ALLOWED, MemoryStore())
+    server.reply(chat_completion(None, [function_call("call_1", "refund", '{"order_id": "o-7"}')]))
+    server.reply({"error": {"message": "invalid api key"}}, status=401)
+    runner = Runner(gate, OpenAIChatModel("gpt-test", client=openai_client))
+    result = runner.start("refund order o-7", Principal(subject="user-42", tenant="acme"))
+    assert result.status == "failed"  # asking again gets the same answer
+    assert len(server.received) == 2  # not retried
+
+
+def test_a_model_of_ones_own_that_times_out_is_retried_then_waits() -> None:
+    from tether.runs.asking import Asking
+    from tether.runs.runner import Runner
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def complete(self, messages: Any, tools: Any) -> Message:
+            self.calls += 1
+            if self.calls <= 4:
+                raise TimeoutError("the endpoint did not answer")
+            return Message(role="assistant", content="done")
+
+    flaky = Flaky()
+    gate = Gate(refund_registry([]), WRITES_ALLOWED, MemoryStore())
+    runner = Runner(gate, flaky, asking=Asking(retries=1, backoff_s=0, sleep=lambda s: None))
+    first = runner.start("hello", Principal(subject="user-42", tenant="acme"))
+    assert (first.status, flaky.calls) == ("awaiting_model", 2)
+    assert runner.resume(first.run_id).status == "awaiting_model"
+    assert runner.resume(first.run_id).status == "completed"
+    assert flaky.calls == 5

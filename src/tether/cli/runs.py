@@ -39,7 +39,14 @@ DEV_IDENTITY_WARNING = (
     "for development only, and recorded in the run"
 )
 # A run in one of these needs someone (or something) else before it moves again.
-STOPPED = ("awaiting_approval", "awaiting_reconciliation", "completed", "failed", "cancelled")
+STOPPED = (
+    "awaiting_approval",
+    "awaiting_reconciliation",
+    "awaiting_model",
+    "completed",
+    "failed",
+    "cancelled",
+)
 FOLLOW_POLL_S = 0.5
 IN_FLIGHT_S = 300.0  # tether.runs.recovery.IN_FLIGHT_S, without importing it at start-up
 
@@ -65,6 +72,11 @@ def next_steps(run_id: str, status: str, approvals: list[str]) -> list[str]:
             "  an effect's outcome is unknown and nothing could settle it:",
             f"    tether effects list --run {run_id}, then tether effects resolve KEY "
             "--committed|--absent, then tether recover --app MODULE:ATTR",
+        ]
+    if status == "awaiting_model":
+        return [
+            "  the model could not be asked (see the run's last step); nothing is lost:",
+            f"    tether runs resume {run_id} asks it again (a worker does, after a minute)",
         ]
     if status == "queued":
         return ["  queued: a worker picks it up (tether worker --app MODULE:ATTR)"]

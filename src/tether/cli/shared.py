@@ -30,6 +30,7 @@ RUN_STATUSES = (
     "running",
     "awaiting_approval",
     "awaiting_reconciliation",
+    "awaiting_model",
     "completed",
     "failed",
     "cancelled",

@@ -19,6 +19,10 @@ class RunStatus(StrEnum):
     # An effect's outcome is unknown and nothing could settle it: a human must say
     # (`tether effects resolve`), then `tether recover` continues the run.
     AWAITING_RECONCILIATION = "awaiting_reconciliation"
+    # The model could not be asked (a timeout, a rate limit, the provider down) and the
+    # retries are spent: nothing is lost, and `tether runs resume`, `tether recover` or a
+    # worker (after ``MODEL_RETRY_AFTER_S``) asks it again.
+    AWAITING_MODEL = "awaiting_model"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,6 +33,9 @@ class RunStatus(StrEnum):
     def finished(self) -> bool:
         return self in _FINISHED
 
+
+# How long a worker leaves a run waiting for its model before it asks again.
+MODEL_RETRY_AFTER_S = 60.0
 
 _FINISHED = frozenset(
     {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ROLLED_BACK}

@@ -21,7 +21,7 @@ except ImportError as e:
 
 from tether.errors import ModelError
 from tether.models import Message, ModelToolCall
-from tether.models.errors import api_message, hint, short
+from tether.models.errors import api_message, hint, retryable_status, short
 from tether.tools.registry import ToolSpec
 
 _HINTS = {
@@ -126,12 +126,14 @@ class AnthropicModel:
         except anthropic.APIStatusError as e:
             raise ModelError(
                 f"Anthropic answered HTTP {e.status_code} for model '{self.model}' "
-                f"({api_message(e.body, e.message)}); {hint(e.status_code, _HINTS)}"
+                f"({api_message(e.body, e.message)}); {hint(e.status_code, _HINTS)}",
+                retryable=retryable_status(e.status_code),
             ) from e
         except anthropic.APIConnectionError as e:
             raise ModelError(
                 f"could not reach Anthropic at {self.client.base_url} ({short(e.message)}); "
-                "check the base URL and the network"
+                "check the base URL and the network",
+                retryable=True,
             ) from e
         except anthropic.AnthropicError as e:
             raise ModelError(

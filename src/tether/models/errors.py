@@ -37,3 +37,9 @@ def api_message(body: Any, message: str) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return short(error["message"])
     return short(re.sub(r"^Error code: \d+ - ", "", message))
+
+
+def retryable_status(status: int) -> bool:
+    """Whether asking again may get another answer: a timeout, a conflict, a rate limit or
+    the provider's own failure (the statuses the providers' SDKs retry themselves)."""
+    return status in (408, 409, 429) or status >= 500

@@ -99,7 +99,7 @@ _SETTLEMENTS = tuple(s.value for s in Settlement)
 
 def recoverable(store: Store, now: float, worker: str) -> list[RunRecord]:
     """Runs nobody drives that should move: running under a dead lease, queued (new, or
-    all its approvals decided), or waiting for reconciliation."""
+    all its approvals decided), waiting for reconciliation, or waiting for its model."""
     running = [
         r for r in store.list_runs(RunStatus.RUNNING.value) if not lease_held(r, worker, now)
     ]
@@ -107,6 +107,7 @@ def recoverable(store: Store, now: float, worker: str) -> list[RunRecord]:
         running
         + store.list_runs(RunStatus.QUEUED.value)
         + store.list_runs(RunStatus.AWAITING_RECONCILIATION.value)
+        + store.list_runs(RunStatus.AWAITING_MODEL.value)
     )
 
 

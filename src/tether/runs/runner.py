@@ -39,7 +39,6 @@ from tether.errors import (
     ApprovalDenied,
     ApprovalExpired,
     IntegrityError,
-    ModelError,
     RunConflict,
     RunNotFound,
     RunStateError,
@@ -52,6 +51,7 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message, Model, ModelToolCall
 from tether.runs import log as run_log
+from tether.runs.asking import Asking, ModelBug, Unanswered
 from tether.runs.cancel import refuse_open_calls
 from tether.runs.leases import Claim, Heartbeat, claim, worker_name
 from tether.runs.log import RunResult, Step, StepText, load_result
@@ -62,14 +62,11 @@ from tether.runs.turns import (
     Shown,
     Unsettled,
     Waiting,
-    not_a_reply,
     open_turn,
-    storable,
     tool_error,
 )
 from tether.store.base import Tx
 from tether.store.rows import RunRecord
-from tether.tools.registry import ToolSpec
 
 __all__ = ["Approver", "RunResult", "Runner", "Step", "load_result"]
 
@@ -84,10 +81,6 @@ _TRANSIENT = (StoreError, RunConflict, IntegrityError)
 
 class _Stopped(Exception):
     """The run finished while this driver held it (it was cancelled): stop, write nothing."""
-
-
-class _ModelBug(Exception):
-    """The model raised, or answered with something that is not a message."""
 
 
 class Runner:
@@ -105,6 +98,7 @@ class Runner:
         worker: str | None = None,
         lease_s: float = 60.0,
         metadata: dict[str, Any] | None = None,
+        asking: Asking | None = None,
     ) -> None:
         if approver is not None and approver_id is None:
             raise ValueError("an inline approver needs approver_id: who is deciding")
@@ -118,6 +112,7 @@ class Runner:
         self.worker = worker or worker_name()
         self.lease_s = lease_s
         self.metadata = metadata or {}
+        self.asking = asking or Asking()  # retries and backoff for a model that fails
         self.reconciled: list[Reconciled] = []
 
     @property
@@ -205,14 +200,14 @@ class Runner:
                 raise
             # A bug would raise again at every resume, leaving the run "running" with
             # nothing that can move it: fail it, saying why.
-            if isinstance(e, _ModelBug):
-                reason, fix = f"internal error: {e}", "fix the model, then start a new run"
+            if isinstance(e, ModelBug):
+                reason, fix = f"internal error: {e}", "fix the model"
             else:
-                reason, fix = f"internal error: {e!r}", "start a new run, and please report the bug"
+                reason, fix = f"internal error: {e!r}", "please report the bug"
             self._fail(run_id, reason)
             raise RunStateError(
                 f"run {run_id} failed on an {reason}; it is marked failed with that reason "
-                f"(see `tether runs show`): {fix}"
+                f"(see `tether runs show`): {fix}. {self._kept(run_id)}"
             ) from e
         except BaseException:
             self._release(run_id)
@@ -299,6 +294,22 @@ class Runner:
         except Exception:
             self._release(run_id)  # the store itself is failing: leave it to recovery
 
+    def _kept(self, run_id: str) -> str:
+        """What a failed run leaves done, for its error message: starting it again would
+        repeat these, so the message says so instead of advising a new run."""
+        try:
+            done = [e for e in self.store.list_effects(run_id) if e.status.took_effect]
+        except Exception:
+            return ""
+        if not done:
+            return "It committed no side effect."
+        listed = ", ".join(f"{e.tool_name} ({e.operation_key})" for e in done[:5])
+        more = f" and {len(done) - 5} more" if len(done) > 5 else ""
+        return (
+            f"It committed {len(done)} side effect{'s' if len(done) != 1 else ''}: {listed}{more}"
+            "; a new run would ask for them again"
+        )
+
     def _turn(self, run_id: str) -> int:
         return int(self.gate.run_state(run_id).extra.get("turns", 0))
 
@@ -335,33 +346,20 @@ class Runner:
                 return self._finish(run_id, RunStatus.COMPLETED, final=last.content)
             if turn >= self.max_turns:
                 return self._failed(run_id, f"no final answer after {self.max_turns} turns", turn)
-            reply = self._ask_model(messages, tools)
-            if isinstance(reply, str):
-                return self._failed(run_id, reply, turn)
+            reply = self.asking.ask(self.model, messages, tools)
+            if isinstance(reply, Unanswered):
+                if reply.retryable:  # nothing is lost: the run waits to be asked again
+                    self._record(
+                        run_id, steps=[("model_unavailable", reply.reason[:2000])], turn=turn
+                    )
+                    return self._finish(run_id, RunStatus.AWAITING_MODEL, reason=reply.reason)
+                return self._failed(run_id, reply.reason, turn)
             crash_point("runs.after_model_reply")
             steps = [] if reply.tool_calls else [("final", reply.content)]
             self._record(run_id, messages=[reply], steps=steps, turn=turn, turns=turn + 1)
             crash_point("runs.after_turn_commit")
             turn += 1
             messages.append(reply)
-
-    def _ask_model(self, messages: list[Message], tools: list[ToolSpec]) -> Message | str:
-        """The model's reply as it can be stored, or (a provider's error) why the run failed.
-        A model that raises anything else, or answers with something that is not a message,
-        has a bug that would recur at every resume: ``_ModelBug`` fails the run, saying so."""
-        name = type(self.model).__name__
-        try:
-            reply: Any = self.model.complete(messages, tools)
-        except ModelError as e:
-            return f"model: {e}"
-        except _TRANSIENT:
-            raise
-        except Exception as e:
-            raise _ModelBug(f"model {name} raised {e!r}") from e
-        problem = not_a_reply(reply)
-        if problem is not None:
-            raise _ModelBug(f"model {name} {problem}")
-        return storable(reply)
 
     def _failed(self, run_id: str, reason: str, turn: int) -> RunResult:
         self._record(run_id, steps=[("error", reason[:2000])], turn=turn)

@@ -26,7 +26,7 @@ from typing import Any, Self
 from tether.core.approvals import REQUEST_SEAL, Approval, ApprovalStatus, request_payload
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
-from tether.core.lifecycle import RunStatus
+from tether.core.lifecycle import MODEL_RETRY_AFTER_S, RunStatus
 from tether.errors import (
     AlreadyExists,
     InvalidTransition,
@@ -84,17 +84,23 @@ class Tx(abc.ABC):
         return self._renew_lease(run_id, owner, until)
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
-        """Runs a worker may claim now: queued, or running with an expired or no lease, and
+        """Runs a worker may claim now: queued, running with an expired or no lease, or
+        waiting for their model for ``MODEL_RETRY_AFTER_S``; and
         with a conversation in the store (a run without one is driven by its own code or
         framework; a worker has nothing to drive, and its lease would only get in the way).
         Backends with row locks lock them and skip those another worker has locked."""
+        waited = [
+            r
+            for r in self._runs_with_status(RunStatus.AWAITING_MODEL)
+            if r.updated_at < now - MODEL_RETRY_AFTER_S  # its model is asked again later
+        ]
         found = [
             r
             for status in (RunStatus.QUEUED, RunStatus.RUNNING)
             for r in self._runs_with_status(status)
             if (r.lease_owner is None or (r.lease_expires_at or 0) < now)
             and self.messages(r.run_id)
-        ]
+        ] + [r for r in waited if r.lease_owner is None and self.messages(r.run_id)]
         return sorted(found, key=lambda r: r.updated_at)[:limit]
 
     def insert_run(self, run: RunRecord) -> None:

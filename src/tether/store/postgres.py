@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tether.core.lifecycle import MODEL_RETRY_AFTER_S
 from tether.errors import (
     ConfigurationError,
     ReadOnlyStore,
@@ -255,7 +256,8 @@ class PostgresTx(SQLTx):
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
         # SKIP LOCKED: workers polling at once each get different runs, and none waits.
-        rows = self._all(f"{CLAIMABLE} FOR UPDATE SKIP LOCKED", (now, limit))
+        retry = now - MODEL_RETRY_AFTER_S
+        rows = self._all(f"{CLAIMABLE} FOR UPDATE SKIP LOCKED", (retry, now, limit))
         return [RunRecord.from_row(r) for r in rows]
 
     def _audit_head(self, chain: str) -> AuditHead | None:

@@ -19,6 +19,7 @@ from typing import Any
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.digest import canonical_json
 from tether.core.ledger import Effect, EffectStatus
+from tether.core.lifecycle import MODEL_RETRY_AFTER_S
 from tether.core.records import Record, shape
 from tether.evidence.audit import AuditEntry, AuditHead
 from tether.evidence.crosscheck import (
@@ -42,7 +43,8 @@ RUN_COLUMNS = RunRecord.columns()
 # Store.claimable in one statement. A run without a conversation (its own code or framework
 # drives it) is never claimable; EXISTS reads run_messages' primary key (run_id, seq).
 CLAIMABLE = (
-    f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE status IN ('queued', 'running') "
+    f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE (status IN ('queued', 'running') "
+    "OR (status = 'awaiting_model' AND updated_at < ?)) "
     "AND (lease_owner IS NULL OR lease_expires_at < ?) "
     "AND EXISTS (SELECT 1 FROM run_messages m WHERE m.run_id = agent_runs.run_id) "
     "ORDER BY updated_at LIMIT ?"
@@ -312,7 +314,8 @@ class SQLTx(Tx):
         return [RunRecord.from_row(r) for r in rows]
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
-        return [RunRecord.from_row(r) for r in self._all(CLAIMABLE, (now, limit))]
+        retry = now - MODEL_RETRY_AFTER_S
+        return [RunRecord.from_row(r) for r in self._all(CLAIMABLE, (retry, now, limit))]
 
     def get_effect(self, operation_key: str) -> Effect | None:
         row = self._one(
