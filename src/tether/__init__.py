@@ -98,6 +98,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> _typing.Any:
+    if name == "__version__":
+        # One place says the version: pyproject.toml, as the installed metadata holds it.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("tether")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tether' has no attribute {name!r}")

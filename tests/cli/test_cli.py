@@ -63,6 +63,17 @@ def test_demo_defaults_to_a_file_in_the_working_directory(tmp_path: Path) -> Non
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["audit"]["intact"] is True
     assert "audit intact" in out.stdout  # without --json: the story, for people
+    # ...in whole sentences that say what each scenario shows, not the seeds' file names.
+    assert "seed0" not in out.stdout.lower()
+    assert "1. Exactly once." in out.stdout and "3. An agent under the gate." in out.stdout
+
+
+def test_the_version_comes_from_the_package_metadata() -> None:
+    from importlib.metadata import version
+
+    import tether
+
+    assert tether.__version__ == version("tether") != ""
 
 
 def test_audit_verify_passes_untouched(demo_db: tuple[Path, dict[str, object]]) -> None:

@@ -218,10 +218,23 @@ def _unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+# What each scenario shows, as the demo says it (the summary keeps the scenarios' names).
+SHOWS = {
+    "seed000": "1. Exactly once. An approved close_ticket is called twice with the same call "
+    "id: the ticket service is called once, and the second call replays the recorded result.",
+    "seed003": "2. Budgets and the registry. A run with a budget of 50 spends 12 on a read, a "
+    "write and an admin action; an action nobody registered is blocked; an irreversible one "
+    "waits for approval; with a budget of 5, the second write is refused.",
+    "seed004": "3. An agent under the gate. A scripted model searches, asks to delete a run "
+    "(approved by reviewer-5), and answers; asked again with the approval denied, it is told "
+    "so as the call's result.",
+}
+
+
 def run_all(store: Store, say: Say = _quiet) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for name, scenario in (("seed000", seed000), ("seed003", seed003), ("seed004", seed004)):
-        say(f"{name}: {(scenario.__doc__ or '').splitlines()[0]}")
+        say(SHOWS[name])
         summary[name] = scenario(store, say)
     report = store.verify_audit()
     say(report.summary())

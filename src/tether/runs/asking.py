@@ -11,7 +11,7 @@ A model can fail in three ways, and each leaves the run somewhere different:
 - **it said no** (a refused key, a model that does not exist, a request it cannot read:
   ``ModelError``): asking again would get the same answer, so the run fails, saying why;
 - **it has a bug** (it raised anything else, or answered with something that is not a
-  message): ``ModelBug``, which fails the run too.
+  message): ``_ModelBug`` (internal to the runner), which fails the run too.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tether.tools.registry import ToolSpec
 _UNREACHABLE = (TimeoutError, ConnectionError)
 
 
-class ModelBug(Exception):
+class _ModelBug(Exception):
     """The model raised, or answered with something that is not a message."""
 
 
@@ -67,11 +67,11 @@ class Asking:
             except _UNREACHABLE as e:
                 failure = f"model {name} could not be reached: {e!r}"
             except Exception as e:
-                raise ModelBug(f"model {name} raised {e!r}") from e
+                raise _ModelBug(f"model {name} raised {e!r}") from e
             else:
                 problem = not_a_reply(reply)
                 if problem is not None:
-                    raise ModelBug(f"model {name} {problem}")
+                    raise _ModelBug(f"model {name} {problem}")
                 return storable(reply)
             if attempt < self.retries:
                 self.sleep(delay)

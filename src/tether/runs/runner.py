@@ -51,7 +51,7 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.gate.state import RunState
 from tether.models import Message, Model, ModelToolCall
 from tether.runs import log as run_log
-from tether.runs.asking import Asking, ModelBug, Unanswered
+from tether.runs.asking import Asking, Unanswered, _ModelBug
 from tether.runs.cancel import refuse_open_calls
 from tether.runs.leases import Claim, Heartbeat, claim, worker_name
 from tether.runs.log import RunResult, Step, StepText, load_result
@@ -200,7 +200,7 @@ class Runner:
                 raise
             # A bug would raise again at every resume, leaving the run "running" with
             # nothing that can move it: fail it, saying why.
-            if isinstance(e, ModelBug):
+            if isinstance(e, _ModelBug):
                 reason, fix = f"internal error: {e}", "fix the model"
             else:
                 reason, fix = f"internal error: {e!r}", "please report the bug"
