@@ -30,7 +30,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, o
     out = tether("demo", "--json", "--db", f"sqlite:///{d}/demo.db", cwd=d)
     assert out.returncode == 0, out.stderr
     [line] = out.stdout.splitlines()  # with --json, the one JSON line and nothing else
-    assert "seed004:" in out.stderr  # the story goes to the terminal still
+    assert "3. An agent under the gate." in out.stderr  # the story goes to the terminal still
     return d / "demo.db", json.loads(line)
 
 
@@ -66,6 +66,9 @@ def test_demo_defaults_to_a_file_in_the_working_directory(tmp_path: Path) -> Non
     # ...in whole sentences that say what each scenario shows, not the seeds' file names.
     assert "seed0" not in out.stdout.lower()
     assert "1. Exactly once." in out.stdout and "3. An agent under the gate." in out.stdout
+    listed = tether("runs", "list", "--json", cwd=tmp_path)
+    statuses = {r["status"] for r in json.loads(listed.stdout.splitlines()[-1])}
+    assert statuses == {"completed"}  # nothing left reading "running" for ever
 
 
 def test_the_version_comes_from_the_package_metadata() -> None:

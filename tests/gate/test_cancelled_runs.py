@@ -11,7 +11,7 @@ from tether.core.principal import Principal
 from tether.errors import ApprovalRequired, RunStateError
 from tether.gate.pipeline import Gate, ToolCall
 from tether.policy.rules import Policy
-from tether.runs.cancel import cancel_run
+from tether.runs.cancel import cancel_run, complete_run
 from tether.tools.registry import Registry, Risk
 
 
@@ -55,3 +55,27 @@ def test_the_gate_refuses_every_call_of_a_cancelled_run(backend: Backend) -> Non
     kinds = [e.kind for e in backend.store.audit_entries() if e.run_id == run_id]
     assert kinds.count("call_refused") == 2
     assert "run_cancelled" in kinds
+
+
+def test_a_run_its_own_code_drove_is_completed_only_once_nothing_waits(backend: Backend) -> None:
+    registry = Registry()
+
+    @registry.tool(risk=Risk.WRITE)
+    def close_ticket(ticket_id: str) -> str:
+        """Close a ticket."""
+        return "closed"
+
+    gate = Gate(registry, Policy(version="p1", approvers=frozenset({"reviewer"})), backend.store)
+    run_id = gate.start_run(Principal(subject="agent", tenant="acme"))
+    write = ToolCall(call_id="c1", tool="close_ticket", arguments={"ticket_id": "T-1"})
+    with pytest.raises(ApprovalRequired) as asked:
+        gate.call(run_id, write)
+    with pytest.raises(RunStateError, match="waits on apr-"):  # completing would hide it
+        complete_run(backend.store, run_id, actor="agent-code")
+    gate.approve(asked.value.approval_id, "reviewer")
+    gate.call(run_id, write)
+    done = complete_run(backend.store, run_id, actor="agent-code", final="closed T-1")
+    assert done.status == "completed"
+    with pytest.raises(RunStateError, match="already completed"):
+        complete_run(backend.store, run_id, actor="agent-code")
+    assert backend.store.verify_audit().intact

@@ -20,6 +20,7 @@ DB_OPTION = click.option(
     envvar="TETHER_DB",
     default="sqlite:///tether.db",
     show_default=True,
+    show_envvar=True,
     help="Store URL: sqlite:///path/to/file.db, postgresql://… or memory://",
 )
 JSON_OPTION = click.option(

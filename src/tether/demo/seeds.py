@@ -19,6 +19,7 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.models import Message, ModelToolCall
 from tether.models.scripted import ScriptedModel
 from tether.policy.rules import Policy
+from tether.runs.cancel import complete_run
 from tether.store.base import Store
 from tether.tools.registry import Registry, Risk
 
@@ -73,6 +74,7 @@ def seed000(store: Store, say: Say = _quiet) -> dict[str, Any]:
     say(f"  first:    {first.status.value} {first.result} ({first.policy_decision})")
     say(f"  replayed: {replayed.status.value} {replayed.result} (replayed={replayed.replayed})")
     say(f"  external calls: {len(external_calls)}  operation key: {first.operation_key}")
+    complete_run(store, run_id, actor="demo")  # its code is done: it does not stay running
     return {
         "status": first.status.value,
         "result": first.result,
@@ -129,6 +131,8 @@ def seed003(store: Store, say: Say = _quiet) -> dict[str, Any]:
     except BudgetExceeded as e:
         exhausted = str(e)
         say(f"  budget 5: {exhausted}")
+    for done in (h, small):
+        complete_run(store, done.run_id, actor="demo")
     return {
         "spent": spent,
         "remaining": remaining,

@@ -9,6 +9,11 @@ A run being driven right now loses its lease with the cancellation: the gate ref
 call of a cancelled run (``tether.gate.plan``, step 0) and the driver's next write sees the
 run finished and stops. A tool call already sent on its way still finishes (no one can
 unsend it); its effect is in the ledger like any other.
+
+``complete_run`` is the other way a run ends from outside the runner: a run its own code or
+framework drove (``Gate.start_run`` and ``Gate.call``) is marked ``completed`` when that code
+is done, so it does not read ``running`` for ever. It is refused while an effect's outcome
+is unknown or an approval is pending: completing would hide either.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 
 from tether.core.approvals import Approval, ApprovalStatus
+from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.errors import ApprovalRequired, RunNotFound, RunStateError, TetherError
 from tether.gate.desk import approval_audit
@@ -53,6 +59,47 @@ def cancel_run(
     """Cancel ``run_id`` for ``actor`` (who answers for it; ``credential`` is the id of the
     credential that proved it, if any). Refuses an unknown or finished run."""
     return cancel(store, run_id, actor=actor, reason=reason, now=now, credential=credential).run
+
+
+def complete_run(
+    store: Store, run_id: str, *, actor: str, final: str = "", now: float | None = None
+) -> RunRecord:
+    """Mark ``run_id`` (driven by its own code) ``completed``, audited as ``actor``'s."""
+    at = time.time() if now is None else now
+    with store.transaction() as tx:
+        record = tx.lock_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run {run_id}; see `tether runs list`")
+        status = RunStatus(record.status)
+        if status.finished:
+            raise RunStateError(f"run {run_id} is already {status.value}")
+        open_effects = [
+            e.operation_key
+            for e in tx.run_effects(run_id)
+            if e.status in (EffectStatus.DISPATCHED, EffectStatus.UNKNOWN)
+        ]
+        pending = [
+            a.approval_id
+            for a in tx.approvals_for_run(run_id)
+            if a.status is ApprovalStatus.PENDING
+        ]
+        if open_effects or pending:
+            waits = ", ".join([*open_effects, *pending])
+            raise RunStateError(
+                f"run {run_id} cannot be completed while it waits on {waits}: settle the "
+                "effect (`tether effects resolve`) or decide the approval first"
+            )
+        done = append(
+            tx,
+            record,
+            now=at,
+            steps=[("final", final)] if final else [],
+            status=RunStatus.COMPLETED.value,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        tx.append_audit("run_completed", at=at, run_id=run_id, actor=actor, data={})
+    return done
 
 
 def cancel(
