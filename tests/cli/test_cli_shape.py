@@ -193,7 +193,7 @@ def test_human_and_json_output_stay_apart(cli: Cli) -> None:
 def test_demo_prints_json_only_when_asked(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     text = human(cli("demo"))
-    assert "seed004" in text and "audit intact" in text
+    assert "3. An agent under the gate." in text and "audit intact" in text
     summary = one_json(cli("demo", "--json"))
     assert summary["audit"]["intact"] is True
 
