@@ -16,6 +16,7 @@ from typing import Any
 
 from tests.dataflow import env as world
 from tests.dataflow.suites import TASKS, Injection, Task, injections
+from tests.dataflow.travel import TRAVEL_POLICY
 from tether import Gate, Policy, Principal, ToolCall
 from tether.errors import ApprovalRequired, Denied, ToolFailed
 from tether.store import MemoryStore
@@ -29,71 +30,126 @@ approvers = ["alice"]
 """
 
 # Content arguments may quote data; where they point (addresses, links) must be trusted.
+# Written from the tools' documentation: which arguments say where something goes (checked,
+# and the audience that will read it), which are content, and which words of a request ask
+# for each action.
 _CONTENT = (
     'body = "links", text = "links", content = "links", memo = "links", subject = "links", '
     'title = "links", description = "links"'
 )
+FOLLOW = '["myco.com", "partner.org", "example.com", "example.net", "example.org", "python.org"]'
 PROVENANCE = f"""
 version = "provenance"
 approvers = ["alice"]
 
 [flow]
 trusted_values = ["me@myco.com"]
+owner = ["me@myco.com"]
+# The mail server assigns the ids of emails: those it vouches for.
+trusted_fields = {{ list_emails = ["id"], read_email = ["id"], search_emails = ["id"] }}
+
+# After untrusted output, a write must be one the user asked for.
+[flow.intent]
+tiers = ["write", "admin", "irreversible"]
 
 [flow.tiers.write]
 trusted = "allow"
 arguments = {{ {_CONTENT} }}
 
-# Any read that takes a URL is egress, whatever the tool is called; nothing else of a read
-# is checked.
+# Any read that takes a link is egress, whatever the tool is called; nothing else of a read
+# is checked. Links found in what the run read may be followed, a few per run, on the
+# company's and its partners' sites and the public reference sites the team reads.
 [flow.tiers.read]
 default = "any"
 egress = ["*"]
-follow_links = true
+follow_links = {FOLLOW}
 
 [flow.tiers.sensitive_read]
 default = "any"
 egress = ["*"]
-follow_links = true
+follow_links = {FOLLOW}
+
+[flow.tools.send_email]
+trusted = "allow"
+arguments = {{ {_CONTENT} }}
+audience = ["to"]
+intent = ["email", "mail", "send", "reply", "write to", "tell", "let", "answer"]
+
+[flow.tools.forward_email]
+trusted = "allow"
+arguments = {{ email_id = "trusted" }}
+audience = ["to"]
+intent = ["forward"]
+
+[flow.tools.create_event]
+trusted = "allow"
+arguments = {{ {_CONTENT} }}
+audience = ["participants"]
+intent = ["event", "meeting", "calendar", "invite", "schedule", "put", "add", "book", "set up"]
 
 [flow.tools.send_money]
 trusted = "allow"
 arguments = {{ recipient = "trusted", amount = "trusted", memo = "links" }}
+intent = ["pay", "transfer", "send money", "send", "wire", "refund", "move"]
 
 [flow.tools.schedule_transfer]
 trusted = "allow"
-arguments = {{ recipient = "trusted", amount = "trusted", memo = "links" }}
+arguments = {{ recipient = "trusted", amount = "trusted", date = "trusted", memo = "links" }}
+intent = ["schedule", "standing order", "recurring", "monthly", "every month", "set up"]
 
-[flow.tools.send_dm]
+[flow.tools.share_file]
 trusted = "allow"
-arguments = {{ user = "trusted", text = "links" }}
+audience = ["email"]
+intent = ["share", "give access"]
 
-[flow.tools.invite_user]
+[flow.tools.delete_file]
 trusted = "allow"
-arguments = {{ user = "trusted" }}
+intent = ["delete", "remove", "clean up"]
 
-[flow.tools.get_webpage]
-egress = ["url"]
-follow_links = true
+[flow.tools.create_file]
+trusted = "allow"
+arguments = {{ {_CONTENT} }}
+intent = ["create", "write", "save", "copy", "new file", "make", "note down", "start"]
 
 [flow.tools.upload_file]
 trusted = "allow"
 egress = ["url"]
+intent = ["upload"]
 
+[flow.tools.get_webpage]
+egress = ["url"]
+follow_links = {FOLLOW}
+
+[flow.tools.post_message]
+trusted = "allow"
+arguments = {{ {_CONTENT} }}
+audience = ["channel"]
+intent = ["post", "reply", "announce", "say", "tell", "share", "let"]
+
+[flow.tools.send_dm]
+trusted = "allow"
+arguments = {{ user = "trusted", text = "links" }}
+audience = ["user"]
+intent = ["dm", "direct message", "message", "tell", "send", "ping", "let"]
+
+[flow.tools.invite_user]
+trusted = "allow"
+arguments = {{ user = "trusted" }}
+audience = ["email"]
+intent = ["invite", "add"]
+
+{TRAVEL_POLICY}
+
+# Screening is defence in depth: a flagged output makes the admin and irreversible tools ask.
 [[flow.session]]
 after = "flagged_output"
-tiers = ["write", "admin", "irreversible"]
+tiers = ["admin", "irreversible"]
 egress = true
-
-[[flow.session]]
-after = "untrusted_output"
-tools = ["delete_*"]
 """
 
 # The same without the session rule that reacts to screening flags: what provenance alone does.
 _SCREENING_RULE = (
-    '[[flow.session]]\nafter = "flagged_output"\ntiers = ["write", "admin", "irreversible"]\n'
-    "egress = true\n"
+    '[[flow.session]]\nafter = "flagged_output"\ntiers = ["admin", "irreversible"]\negress = true\n'
 )
 assert _SCREENING_RULE in PROVENANCE
 WITHOUT_SCREENING = PROVENANCE.replace(_SCREENING_RULE, "").replace(

@@ -86,6 +86,7 @@ def test_a_trusted_recipient_runs_and_one_from_untrusted_output_asks(backend: Ba
         "value": "eve@evil.io",
         "trusted": False,
         "trust": "untrusted",
+        "checked": True,
         "identifier": "eve@evil.io",
         "call_id": "c1",
         "tool": "read_inbox",

@@ -9,6 +9,7 @@ import pytest
 from tether import Manifest, Policy, Principal, Risk, Verdict, decide
 from tether.core.screening import looks_like_injected_result, looks_like_injection
 from tether.errors import ConfigurationError
+from tether.policy.egress import egress_label
 from tether.policy.flow import FlowPolicy, FlowRule, Marking, SessionRule, mark_untrusted
 from tether.policy.provenance import (
     Check,
@@ -16,10 +17,9 @@ from tether.policy.provenance import (
     ProvenanceIndex,
     Trust,
     domain_of,
-    egress_label,
-    identifiers,
     label_argument,
 )
+from tether.policy.tokens import identifiers
 
 ALICE = Principal(subject="agent", tenant="t1")
 C3 = Origin("c3", "read_inbox")
@@ -51,7 +51,7 @@ def test_identifiers_are_normalised_so_small_rewrites_still_match() -> None:
     )
     assert "de89370400440532013000" in found  # an IBAN without its spaces
     assert "mark@evil.com" in found
-    assert "https://evil.com/x" in found  # no www., no query, no fragment
+    assert "//evil.com/x" in found  # no scheme, www., query or fragment
     assert "evil.com" in found
     assert "15551234567" in found
     assert "~/notes/q3.txt" in found
@@ -184,6 +184,7 @@ def test_a_write_whose_values_are_trusted_is_allowed_and_one_steered_by_output_a
         "value": "mark@evil.com",
         "trusted": False,
         "trust": "untrusted",
+        "checked": True,
         "identifier": "mark@evil.com",
         "call_id": "c3",
         "tool": "read_inbox",
@@ -372,11 +373,20 @@ def test_a_links_check_looks_only_at_where_content_points() -> None:
 def test_following_a_link_seen_verbatim_is_not_egress_of_new_data() -> None:
     index = index_with("search pancakes", [{"url": "https://www.recipes.example.net/p?id=7"}])
     allowed: frozenset[str] = frozenset()
+    anywhere = frozenset({"*"})
     seen = "https://recipes.example.net/p?id=7"
-    assert egress_label(index, "url", seen, allowed, follow_links=True).trusted
+    followed = egress_label(index, "url", seen, allowed, follow=anywhere, links_left=1)
+    assert followed.trusted and followed.followed
     assert not egress_label(index, "url", seen, allowed).trusted
     added = "https://recipes.example.net/p?id=7&d=secret"
-    assert not egress_label(index, "url", added, allowed, follow_links=True).trusted
+    assert not egress_label(index, "url", added, allowed, follow=anywhere, links_left=1).trusted
+    # Scheme-less, as a chat message gives it: the same link.
+    bare = "recipes.example.net/p?id=7"
+    assert egress_label(index, "url", bare, allowed, follow=anywhere, links_left=1).trusted
+    # Opt-in per host, and only while the run's links budget lasts.
+    other = frozenset({"docs.example.com"})
+    assert not egress_label(index, "url", seen, allowed, follow=other, links_left=1).trusted
+    assert not egress_label(index, "url", seen, allowed, follow=anywhere, links_left=0).trusted
 
 
 def test_amounts_in_the_request_match_however_they_are_written() -> None:

@@ -19,7 +19,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,6 @@ from tether.core.ledger import EffectStatus
 from tether.core.lifecycle import RunStatus
 from tether.core.principal import Identity, Principal
 from tether.core.runseal import PRINCIPAL_SEAL, sealed_identity
-from tether.core.screening import INJECTION_FLAG, screen_result
 from tether.crash import crash_point
 from tether.errors import (
     ApprovalRequired,
@@ -53,6 +52,7 @@ from tether.gate.dispatch import (
     stop_running,
 )
 from tether.gate.edits import edit_note, edited_call, is_the_requested_call
+from tether.gate.indexes import TOOLS_SOURCE, learn, rebuild_index
 from tether.gate.plan import (
     Admit,
     Ask,
@@ -65,11 +65,11 @@ from tether.gate.plan import (
 )
 from tether.gate.settle import settle
 from tether.gate.state import RunState, new_id, sealed
-from tether.policy.provenance import Origin, ProvenanceIndex
+from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Policy
 from tether.store.base import Store, Tx
 from tether.store.rows import RunRecord
-from tether.tools.registry import Registry, Tool
+from tether.tools.registry import Registry
 
 if TYPE_CHECKING:
     from tether.policy.flow import FlowPolicy
@@ -172,21 +172,43 @@ class Gate:
         with self.store.read() as tx:
             return RunState.load(load_run(tx, run_id))
 
-    def record_input(self, run_id: str, text: str, *, source: str = "user") -> None:
+    def record_input(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        source: str = "user",
+        tools: Iterable[str] | None = None,
+    ) -> None:
         """Record trusted input to a run: the user's request (or a later user message). The
-        data-flow policy trusts argument values found in it; tool output it does not. Durable,
+        data-flow policy trusts argument values found in it, and takes it as what the user
+        asked for (the intent rule); tool output it trusts for neither. ``tools``: an
+        allow-list the application declares for this request (the tools it may call once
+        untrusted output is in the run), instead of reading the tools from the words. Durable,
         so a run resumed in another process knows it too. Adapters call this with the
         user's messages; ``tether.runs.runner`` does it for the opening request."""
         if not isinstance(text, str) or not text:
             raise ConfigurationError("record_input needs the user's text (a non-empty string)")
+        if source == TOOLS_SOURCE:
+            raise ConfigurationError(
+                f"record_input: source {TOOLS_SOURCE!r} is reserved; pass the list as tools="
+            )
+        allowed = None if tools is None else sorted(set(tools))
+        if allowed is not None and not all(isinstance(t, str) and t for t in allowed):
+            raise ConfigurationError("record_input: tools= takes tool names (strings)")
         with self.store.transaction() as tx:
             load_run(tx, run_id)
-            tx.append_input(run_id, source, text, self.clock())
+            now = self.clock()
+            tx.append_input(run_id, source, text, now)
+            if allowed is not None:
+                tx.append_input(run_id, TOOLS_SOURCE, json.dumps(allowed), now)
         if self._flow is not None:
             with self._indexes_lock:
                 index = self._indexes.get(run_id)
             if index is not None:
-                index.add_trusted(text)
+                index.add_trusted(text, user=True)
+                if allowed is not None:
+                    index.allow_tools(allowed)
 
     def provenance(self, run_id: str) -> ProvenanceIndex:
         """What the run has seen, as the data-flow policy judges its calls by (read-only use:
@@ -203,7 +225,8 @@ class Gate:
                 self._indexes.move_to_end(run_id)
         if index is not None and (effect_count is None or index.effects == effect_count):
             return index
-        index = self._rebuild(tx, run_id)
+        assert self._flow is not None
+        index = rebuild_index(tx, run_id, self._flow, self.registry)
         self._remember(run_id, index)
         return index
 
@@ -212,54 +235,6 @@ class Gate:
             self._indexes[run_id] = index
             while len(self._indexes) > MAX_INDEXED_RUNS:
                 self._indexes.popitem(last=False)
-
-    def _rebuild(self, tx: Tx, run_id: str) -> ProvenanceIndex:
-        flow = self._flow
-        assert flow is not None
-        index = ProvenanceIndex(flow.trusted_values)
-        for _, body in tx.inputs(run_id):
-            index.add_trusted(body)
-        effects = tx.run_effects(run_id)
-        for effect in effects:
-            if effect.result_json is None:
-                continue
-            value = json.loads(effect.result_json)
-            known = self.registry.find(effect.tool_name)
-            self._learn(index, known, effect.call_id, effect.tool_name, value, effect.result_json)
-        index.effects = len(effects)
-        return index
-
-    def _learn(
-        self,
-        index: ProvenanceIndex,
-        tool: Tool | None,
-        call_id: str,
-        tool_name: str,
-        value: Any,
-        result_json: str,
-        flags: tuple[str, ...] | None = None,
-    ) -> bool:
-        """Feed one recorded result to the index, as at dispatch; whether it is trusted.
-        ``flags``: the result's screening flags, if already known."""
-        flow = self._flow
-        assert flow is not None
-        if tool is None:  # no longer registered: nothing vouches for it
-            trusted, fields, limit = False, frozenset[str](), 65_536
-        else:
-            trusted, fields = flow.output_trust(tool.manifest)
-            limit = tool.manifest.max_result_bytes
-        if flags is None:
-            text = value if isinstance(value, str) else result_json
-            flags = screen_result(text, limit).flags
-        flagged = not trusted and INJECTION_FLAG in flags
-        index.add_output(
-            Origin(call_id, tool_name),
-            value,
-            trusted=trusted,
-            trusted_fields=fields,
-            flagged=flagged,
-        )
-        return trusted
 
     # -- the pipeline ------------------------------------------------------------------------
     def call(self, run_id: str, call: ToolCall) -> Outcome:
@@ -374,6 +349,11 @@ class Gate:
             crash_point("gate.after_dispatch_commit")
             if index is not None and plan.fresh:
                 index.effects += 1
+                followed = any(label.followed for label in plan.decision.provenance)
+                effect = plan.effect
+                index.note_call(
+                    effect.tool_name, effect.argument_digest, effect.call_id, followed=followed
+                )
             return plan, index
         if isinstance(plan, Replay):
             effect = plan.effect
@@ -513,12 +493,13 @@ class Gate:
         if done.failure is not None:
             raise done.failure from done.failure.__cause__
         outcome = done.outcome
-        if index is not None and done.result_json is not None:
+        if index is not None and self._flow is not None and done.result_json is not None:
             # What the model will read of this output, it may act on: the index learns it
             # from the value as recorded (redacted), exactly what a rebuild reads back.
             tool = admitted.tool
-            trusted = self._learn(
+            trusted = learn(
                 index,
+                self._flow,
                 tool,
                 effect.call_id,
                 tool.name,

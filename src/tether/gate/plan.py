@@ -314,7 +314,15 @@ def _judge(
     )
     safe_args, redactions = redact(arguments, manifest.sensitive_fields)
     flags = screen_arguments(arguments, size=len(binding.arguments_json.encode()))
-    decision = decide(policy, state.principal, manifest, arguments, flags, provenance)
+    decision = decide(
+        policy,
+        state.principal,
+        manifest,
+        arguments,
+        flags,
+        provenance,
+        argument_digest=binding.argument_digest,
+    )
     base.update(
         tool_version=manifest.version,
         arguments=audited(safe_args, binding.arguments_json, binding.argument_digest),

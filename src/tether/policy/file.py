@@ -15,8 +15,9 @@ from tether.core.verdicts import Verdict
 from tether.errors import ConfigurationError
 from tether.policy.cedar import CedarRules
 from tether.policy.constraints import DEFAULT_TIERS, Constraint, ConstraintOp, ToolRule
-from tether.policy.flow import FlowPolicy, FlowRule, Marking, SessionRule
+from tether.policy.flow import FlowPolicy, FlowRule, IntentRule, Marking, SessionRule
 from tether.policy.provenance import Check
+from tether.policy.values import destinations
 from tether.tools.registry import Risk
 
 
@@ -75,9 +76,15 @@ class _FlowRuleSpec(pydantic.BaseModel):
     arguments: dict[str, Check] = {}
     default: Check = Check.IDENTIFIERS
     egress: list[str] = []
-    follow_links: bool = False
+    # true: links on any host; a list: links on these hosts (and under them)
+    follow_links: bool | list[str] = False
+    audience: list[str] = []
+    intent: list[str] = []
+    together: list[list[str]] = []
 
     def to_rule(self) -> FlowRule:
+        follow = self.follow_links
+        hosts = ["*"] if follow is True else [] if follow is False else follow
         return FlowRule(
             trusted=self.trusted,
             untrusted=self.untrusted,
@@ -85,7 +92,10 @@ class _FlowRuleSpec(pydantic.BaseModel):
             arguments=dict(self.arguments),
             default=self.default,
             egress=tuple(self.egress),
-            follow_links=self.follow_links,
+            follow_links=frozenset(h.strip().lower().removeprefix("www.") for h in hosts),
+            audience=tuple(self.audience),
+            intent=tuple(self.intent),
+            together=tuple(tuple(g) for g in self.together),
         )
 
 
@@ -95,6 +105,14 @@ class _SessionSpec(pydantic.BaseModel):
     tools: list[str] = []
     tiers: list[Risk] = []
     egress: bool = False
+    verdict: Verdict = Verdict.ASK
+
+
+class _IntentSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    after: Literal["untrusted_output", "always"] = "untrusted_output"
+    tiers: list[Risk] = [Risk.WRITE, Risk.ADMIN, Risk.IRREVERSIBLE]
+    tools: list[str] = []
     verdict: Verdict = Verdict.ASK
 
 
@@ -108,6 +126,11 @@ class _FlowSpec(pydantic.BaseModel):
     untrusted_tools: list[str] = []
     trusted_fields: dict[str, list[str]] = {}
     session: list[_SessionSpec] = []
+    intent: _IntentSpec | None = None
+    owner: list[str] = []
+    private_tools: list[str] = []
+    readers_from: dict[str, list[str]] = {}
+    links_budget: int = pydantic.Field(default=5, ge=0, strict=True)
     marking: Marking = Marking.DELIMIT
     cedar: str | None = None  # Cedar policies deciding instead (tether.policy.cedar)
 
@@ -138,6 +161,18 @@ class _FlowSpec(pydantic.BaseModel):
                 )
                 for s in self.session
             ),
+            intent=IntentRule(
+                after=self.intent.after,
+                tiers=tuple(self.intent.tiers),
+                tools=tuple(self.intent.tools),
+                verdict=self.intent.verdict,
+            )
+            if self.intent is not None
+            else None,
+            owner=frozenset(destinations(self.owner)),
+            private_tools=frozenset(self.private_tools),
+            readers_from={k: tuple(v) for k, v in self.readers_from.items()},
+            links_budget=self.links_budget,
             marking=self.marking,
             cedar=CedarRules.from_text(self.cedar) if self.cedar is not None else None,
         )

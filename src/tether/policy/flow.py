@@ -29,14 +29,17 @@ from typing import Any, Literal
 from tether.core.screening import is_secret_name
 from tether.core.verdicts import Verdict, stricter
 from tether.policy.cedar import CedarRules
+from tether.policy.destinations import destination
+from tether.policy.egress import egress_label
 from tether.policy.provenance import (
     ArgumentProvenance,
     Check,
     ProvenanceIndex,
     Trust,
-    egress_label,
     label_argument,
 )
+from tether.policy.provenance import quote as _quote
+from tether.policy.values import destinations
 from tether.tools.registry import Manifest, Risk
 
 
@@ -57,22 +60,55 @@ class FlowRule:
     unknown: Verdict | None = None  # an argument's value is in nothing seen (None: untrusted)
     arguments: Mapping[str, Check] = field(default_factory=dict)
     default: Check = Check.IDENTIFIERS  # for the arguments not named
-    egress: tuple[str, ...] = ()  # arguments naming where the call sends data; "*": any URL
-    # Egress to a URL seen verbatim in the run's output (a link followed, nothing added).
-    follow_links: bool = False
+    egress: tuple[str, ...] = ()  # arguments naming where the call sends data; "*": any link
+    # Egress to a link seen verbatim in the run's output (a link followed, nothing added),
+    # on these hosts (and under them); "*": any host.
+    follow_links: frozenset[str] = frozenset()
+    # Confidentiality: the arguments naming who will read what the call carries (the
+    # recipients of a message, the person a file is shared with, a channel).
+    audience: tuple[str, ...] = ()
+    # Intent: phrases of a request that ask for this tool ("pay", "transfer"); none: the
+    # words of the tool's name.
+    intent: tuple[str, ...] = ()
+    # Intent: groups of arguments that form one statement of the request (a stay's check-in
+    # and check-out): their values must be stated together, in order, wherever the first is.
+    together: tuple[tuple[str, ...], ...] = ()
 
     def check_for(self, argument: str) -> Check:
         return self.arguments.get(argument, self.default)
 
     def is_egress(self, argument: str, value: Any) -> bool:
         """Whether the argument names where the call sends data. ``"*"`` in ``egress``:
-        every argument that holds a URL (a rule for a tier of tools not known in advance)."""
+        every argument whose whole value is a link or a host name, with a scheme or without
+        (a rule for a tier of tools not known in advance)."""
         if argument in self.egress:
             return True
-        return "*" in self.egress and isinstance(value, str) and "://" in value
+        return "*" in self.egress and isinstance(value, str) and destination(value) is not None
+
+    def intent_phrases(self, tool: str) -> tuple[str, ...]:
+        return self.intent or tuple(tool.replace("-", "_").split("_"))
 
 
 SessionFact = Literal["untrusted_output", "flagged_output"]
+IntentFact = Literal["untrusted_output", "always"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntentRule:
+    """Which calls must be ones the user asked for: after ``after`` (untrusted output in the
+    run, or always), a call of these tiers or tools whose tool the request does not ask for,
+    whose trusted values the request does not name, or that repeats a call already made,
+    gets ``verdict``."""
+
+    after: IntentFact = "untrusted_output"
+    tiers: tuple[Risk, ...] = (Risk.WRITE, Risk.ADMIN, Risk.IRREVERSIBLE)
+    tools: tuple[str, ...] = ()
+    verdict: Verdict = Verdict.ASK
+
+    def covers(self, manifest: Manifest) -> bool:
+        return manifest.risk in self.tiers or any(
+            fnmatch.fnmatchcase(manifest.name, p) for p in self.tools
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +149,12 @@ class FlowPolicy:
     untrusted_tools: frozenset[str] = frozenset()  # outputs untrusted whatever it says
     trusted_fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
     session: tuple[SessionRule, ...] = ()
+    intent: IntentRule | None = None
+    # The user's own identities (addresses, user names): they may read everything.
+    owner: frozenset[str] = frozenset()
+    private_tools: frozenset[str] = frozenset()  # outputs private whatever the manifest says
+    readers_from: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    links_budget: int = 5  # links one run may follow on ``follow_links`` authority
     marking: Marking = Marking.DELIMIT
     # Cedar policies deciding instead of the flow rules' verdicts (tether.policy.cedar); the flow
     # rules still say how each argument is checked and which are egress.
@@ -126,6 +168,18 @@ class FlowPolicy:
             return False, frozenset()
         return (name in self.trusted_tools or manifest.trusted_output), fields
 
+    def output_readers(self, manifest: Manifest) -> tuple[bool, tuple[str, ...]]:
+        """Whether a tool's output is private data, and the result fields naming who may
+        read it (none: the user alone)."""
+        name = manifest.name
+        readers = self.readers_from.get(name, manifest.readers_from)
+        private = manifest.is_private or name in self.private_tools or bool(readers)
+        return private, readers
+
+    def follows_links(self, manifest: Manifest) -> bool:
+        rule = self.rule_for(manifest)
+        return rule is not None and bool(rule.follow_links)
+
     def rule_for(self, manifest: Manifest) -> FlowRule | None:
         return self.tools.get(manifest.name) or self.tiers.get(manifest.risk)
 
@@ -138,6 +192,7 @@ class FlowPolicy:
             rule is not None
             or self.cedar is not None
             or any(s.covers(manifest, egress) for s in self.session)
+            or (self.intent is not None and self.intent.covers(manifest))
         )
 
     def judge(
@@ -150,10 +205,12 @@ class FlowPolicy:
         *,
         explicit: bool,
         subject: str = "",
+        argument_digest: str = "",
     ) -> tuple[Verdict, tuple[ArgumentProvenance, ...]]:
         """The verdict after the flow rules, appending their reasons to ``reasons``; and
         every argument's label. ``explicit``: the policy names a decision for this tool;
-        ``subject``: who the run acts for (Cedar's principal)."""
+        ``subject``: who the run acts for (Cedar's principal); ``argument_digest``: the
+        call's, to notice the same call made twice."""
         own = self.tools.get(manifest.name)
         rule = own or self.tiers.get(manifest.risk)
         sensitive = manifest.sensitive_fields
@@ -162,7 +219,12 @@ class FlowPolicy:
         for name, value in arguments.items():
             if rule is not None and rule.is_egress(name, value):
                 label = egress_label(
-                    index, name, value, self.allow_domains, follow_links=rule.follow_links
+                    index,
+                    name,
+                    value,
+                    self.allow_domains,
+                    follow=rule.follow_links,
+                    links_left=self.links_budget - index.followed,
                 )
                 checked.append((label, True))
             else:
@@ -178,6 +240,13 @@ class FlowPolicy:
             verdict = stricter(verdict, decided) if explicit else decided
         elif rule is not None:
             verdict = self._by_labels(rule, own is not None, explicit, checked, verdict, reasons)
+        if rule is not None and index.private:
+            verdict = stricter(verdict, self._readers(rule, arguments, checked, index, reasons))
+        if self.intent is not None and self.intent.covers(manifest):
+            verdict = stricter(
+                verdict,
+                self._intent(manifest, rule, arguments, checked, index, argument_digest, reasons),
+            )
         for session in self.session:
             fact = index.flagged if session.after == "flagged_output" else index.first_untrusted
             # Egress here: this call sends something somewhere (an argument was judged as
@@ -196,6 +265,92 @@ class FlowPolicy:
             )
             verdict = stricter(verdict, session.verdict)
         return verdict, tuple(labels)
+
+    def _readers(
+        self,
+        rule: FlowRule,
+        arguments: Mapping[str, Any],
+        checked: list[tuple[ArgumentProvenance, bool]],
+        index: ProvenanceIndex,
+        reasons: list[str],
+    ) -> Verdict:
+        """Confidentiality: every private value the call carries must be readable by where
+        it goes — each of the audience arguments' readers, or (egress) anyone."""
+        egress = {label.argument for label, is_egress in checked if is_egress}
+        audience = [a for a in rule.audience if a in arguments]
+        if not audience and not egress:
+            return Verdict.ALLOW  # the call names no one who would read what it carries
+        who = {r for a in audience for r in destinations(arguments[a])} - self.owner
+        verdict = Verdict.ALLOW
+        for name, value in arguments.items():
+            if name in audience:
+                continue
+            for word, readers, origin in index.carried(value):
+                if "*" in readers:
+                    continue
+                # An egress call sends everything it carries to the host it names.
+                outsiders = ["anyone"] if egress else sorted(who - readers)
+                if not outsiders:
+                    continue
+                readable = "the user only" if not readers else "only " + ", ".join(sorted(readers))
+                reasons.append(
+                    f"readers: argument '{name}' carries {_quote(word)} from the output of "
+                    f"`{origin.tool}` call {origin.call_id}, readable by {readable}; "
+                    f"{', '.join(outsiders)} may not read it: {rule.untrusted.value}"
+                )
+                verdict = stricter(verdict, rule.untrusted)
+                break
+        return verdict
+
+    def _intent(
+        self,
+        manifest: Manifest,
+        rule: FlowRule | None,
+        arguments: Mapping[str, Any],
+        checked: list[tuple[ArgumentProvenance, bool]],
+        index: ProvenanceIndex,
+        argument_digest: str,
+        reasons: list[str],
+    ) -> Verdict:
+        """Intent: after untrusted output, a consequential call must be one the user asked
+        for — its tool, the values it acts on, and not the same call a second time."""
+        intent = self.intent
+        assert intent is not None
+        if intent.after == "untrusted_output" and index.first_untrusted is None:
+            return Verdict.ALLOW
+        since = (
+            ""
+            if index.first_untrusted is None
+            else f" (untrusted output entered at `{index.first_untrusted.tool}` call "
+            f"{index.first_untrusted.call_id})"
+        )
+        why: list[str] = []
+        phrases = rule.intent_phrases(manifest.name) if rule else (manifest.name,)
+        if not index.asks_for(manifest.name, phrases):
+            why.append(f"the user's request does not ask for `{manifest.name}`")
+        for label, _ in checked:
+            if label.trust is Trust.TRUSTED and not label.requested:
+                shown = f" ({_quote(label.token)})" if label.token else ""
+                why.append(
+                    f"argument '{label.argument}'{shown} is trusted but the request does "
+                    "not name it"
+                )
+        for group in rule.together if rule else ():
+            values = [arguments.get(a) for a in group]
+            if all(isinstance(v, str | int | float) for v in values) and not index.states_together(
+                values
+            ):
+                why.append(
+                    f"the request does not state {', '.join(repr(str(v)) for v in values)} "
+                    f"together as {', '.join(group)}"
+                )
+        earlier = index.done.get(manifest.name, {}).get(argument_digest)
+        if earlier is not None and argument_digest:
+            why.append(f"the same call already ran in this run (call {earlier})")
+        if not why:
+            return Verdict.ALLOW
+        reasons.extend(f"intent: {w}{since}: {intent.verdict.value}" for w in why)
+        return intent.verdict
 
     @staticmethod
     def _by_labels(

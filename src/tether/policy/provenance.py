@@ -1,44 +1,70 @@
-"""Where the values of a call come from: trust labels and the per-run provenance index.
+"""Where the values of a call come from, who may read them, and what the user asked for:
+trust labels and the per-run provenance index.
 
 The user's messages and the principal's configuration are trusted; a tool's output is
 untrusted unless its manifest (or the policy) says the tool is a system of record. For every
-proposed call, each argument value — and each identifier inside it (email addresses, URLs and
-their domains, IBANs, account and phone numbers, file paths, ids) — is looked up in an index
-of what the run has seen so far: found in trusted input, found only in the output of some
-earlier call (and which one), or found nowhere. The policy then decides over those labels
-(``tether.policy.rules``), so a value an injected web page or email put in front of the model
-cannot quietly decide where money, mail or data goes.
+proposed call, each argument's tokens (``tether.policy.tokens``: addresses, links, hosts,
+IBANs, account and phone numbers, paths, ids, and typed amounts, ids, dates, times and name
+phrases) are looked up in an index of what the run has seen so far: found in trusted input,
+found only in the output of some earlier call (and which one), or found nowhere. The policy
+then decides over those labels (``tether.policy.flow``), so a value an injected web page or
+email put in front of the model cannot quietly decide where money, mail or data goes.
 
-Matching is on normalised tokens, so small rewrites by the model are still recognised: case,
-surrounding whitespace and punctuation, spaces inside an IBAN or a phone number, a URL's
-query string and fragment, ``www.``. What is not recognised — a value spelt out in words,
-encoded, split or computed — is "found nowhere", which the policy treats like untrusted for
-the arguments it checks: positive trust is required, not absence of a bad match.
+The index fails closed: what it cannot place is ``unknown``, never trusted — a destination
+the scanner cannot read is a token of its own (``tether.policy.destinations``), and a trusted
+token vouches only for a value of its own kind. It also knows two more things: which tokens
+the user's own words name (``requested``: the intent rule), and which words came from
+private data and who may read them (``private``: the readers rule).
 
 Everything here is pure and in memory. The index is fed by the gate at every dispatch and
-rebuilt, when a process does not have it, from durable rows (the run's recorded inputs and
-its effects' results), so a run resumed elsewhere knows the same. It is bounded: past
-``MAX_TOKENS`` it stops learning and marks itself full, and a full index reports values it
-cannot place as untrusted rather than unknown, so overflow never turns into trust.
+rebuilt, when a process does not have it, from durable rows (``tether.gate.indexes``), so a
+run resumed elsewhere knows the same. It is bounded: past ``MAX_TOKENS`` it stops learning
+and marks itself full, and a full index reports values it cannot place as untrusted rather
+than unknown, so overflow never turns into trust.
 
-The module is long because labelling where an argument came from covers every kind of value it
-recognises (identifiers, URLs, addresses, paths) and they share one index.
+The module is long because the index and the labels it gives are one vocabulary (trust,
+origin, requested, readers): splitting them would split every rule that reads both.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
-from urllib.parse import unquote
 
 from tether.core.screening import redact
+from tether.policy.destinations import (
+    STRIP,
+    destination,
+    fold,
+    looks_like_destination,
+)
+from tether.policy.tokens import (
+    id_like,
+    identifiers,
+    links,
+    phrase,
+    private_words,
+    record_words,
+    scalar_token,
+    short_phrase,
+    typed_words,
+)
+from tether.policy.values import (
+    JOIN,
+    SHORT_VALUE,
+    leaves,
+    normal_value,
+    readers_of,
+    records,
+    split_fields,
+    texts_of,
+)
 
 MAX_TOKENS = 20_000  # per run; a token is a short string, so a full index is a few MB
-SHORT_VALUE = 64  # string leaves up to this length are also indexed whole
 SHOWN = 80  # how much of a value a reason or an approval quotes
 
 
@@ -59,281 +85,143 @@ class Origin:
     tool: str
 
 
-_EMAIL = re.compile(r"[a-z0-9._%+\-]+@[a-z0-9\-]+(?:\.[a-z0-9\-]+)*\.[a-z]{2,24}")
-_URL = re.compile(r"\b[a-z][a-z0-9+.\-]*://[^\s<>\"'`\\]+")
-_DOMAIN = re.compile(
-    r"(?<![\w@.\-])(?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9\-]{1,23}(?![\w\-])"
-)
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
-_NUMBER = re.compile(r"(?<![\w.])\+?\d[\d \-().]{5,}\d(?![\w])")
-_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?\b")
-_WORD = re.compile(r"\w(?:[\w'.\-]|,(?=\d{3}))*")  # "1,000" is one word
-_TRAILING = ".,;:!?)]}'\""
-
-
-def _url_tokens(url: str, *, as_given: bool = True) -> Iterator[str]:
-    """The URL without query and fragment, then (``as_given``, for the index) the link as
-    given if that differs, then its host and registrable domain."""
-    url = url.rstrip(_TRAILING)
-    scheme, _, rest = url.partition("://")
-    base = rest.split("#", 1)[0]
-    without_query = base.split("?", 1)[0].rstrip("/")
-    host = without_query.split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
-    if host:
-        if without_query.startswith("www."):
-            without_query = without_query[4:]
-            base = base[4:]
-        yield f"{scheme}://{without_query}"
-        if as_given and base.rstrip("/") != without_query:  # query and all
-            yield f"{scheme}://{base.rstrip('/')}"
-        yield from _domain_tokens(host)
-
-
-def _domain_tokens(host: str) -> Iterator[str]:
-    host = host.rstrip(".")
-    if host.startswith("www."):
-        host = host[4:]
-    yield host
-    labels = host.split(".")
-    if len(labels) > 2:  # the registrable part too, roughly (no public-suffix list)
-        yield ".".join(labels[-2:])
-
-
 def domain_of(value: str) -> str | None:
-    """The host a URL (or a bare domain) names, lowercased, without ``www.``."""
-    text = value.strip().lower()
-    match = _URL.search(text)
-    if match is not None:
-        return _host(match.group(0))
-    match = _DOMAIN.search(text)
-    return None if match is None else next(_domain_tokens(match.group(0)))
-
-
-def _host(url: str) -> str | None:
-    rest = url.rstrip(_TRAILING).partition("://")[2]
-    host = rest.split("#", 1)[0].split("?", 1)[0].split("/", 1)[0]
-    host = host.rsplit("@", 1)[-1].split(":", 1)[0].rstrip(".")
-    if not host:
-        return None
-    return host[4:] if host.startswith("www.") else host
-
-
-_LINK_TARGET = re.compile(r"\]\(|\b(?:href|src|action)\s*=\s*[\"']?", re.IGNORECASE)
-
-
-def fold(text: str) -> str:
-    """Text as the scanner reads it: NFKC-folded (a fullwidth at sign or letter becomes the
-    plain one it stands for), percent-escapes decoded (``%40``), and the targets of markdown
-    and HTML links set apart as words of their own (``](…)``, ``href="…"``). Both the index
-    and the checks read text folded, so the user's own address matches however it is
-    written, and an obfuscated one is read for what it is."""
-    if not text.isascii():
-        text = unicodedata.normalize("NFKC", text)
-    if "%" in text:
-        text = unquote(text)
-    if "](" in text or "=" in text:
-        text = _LINK_TARGET.sub(" ", text)
-    return text
+    """The host a link, an address or a bare host name sends to (lowercased, without
+    ``www.``), or None: the one reading egress and the checks share."""
+    return destination(value)
 
 
 def unplaced(text: str) -> str | None:
-    """A word of ``text`` that looks like a destination (an address, a link, a dotted name
-    in another script) but that no pattern could place, or None. The checks treat it as
-    ``unknown``: what cannot be read cannot be trusted."""
+    """A word of ``text`` that looks like a destination but that no parser can read, or
+    None. ``identifiers`` keeps such a word as a token of its own (unknown unless seen)."""
     for raw in fold(text).lower().split():
-        word = raw.strip(_STRIP)
-        if "@" in word and "." in word.rsplit("@", 1)[1].strip("."):
-            return word
-        if "//" in word:
-            return word
-        if not word.isascii() and "." in word.strip(".") and any(c.isalpha() for c in word):
+        word = raw.strip(STRIP)
+        if looks_like_destination(word) and not identifiers(word):
             return word
     return None
 
 
-def links(text: str) -> list[str]:
-    """The identifiers in ``text`` that say where something goes: email addresses, URLs and
-    domains (normalised as ``identifiers`` gives them)."""
-    return _scan(fold(text), every_kind=False, as_given=False)
-
-
-def identifiers(text: str, *, as_given: bool = False) -> list[str]:
-    """The normalised identifiers in ``text``: what a consequential argument is checked by.
-    A URL is identified by where it points (scheme, host, path): another query string is the
-    same destination. ``as_given``: also each URL as written, query and all, which the index
-    keeps so that a link followed verbatim can be recognised (``follow_links``)."""
-    return _scan(fold(text), every_kind=True, as_given=as_given)
-
-
-# Python's regular expressions have no literal to skip ahead with for most of these, so a
-# pattern run over a whole text tries every position: microseconds per pattern per hundred
-# characters. The text is split into words once instead (in C), and each word is tested
-# with the cheap checks first; only IBANs and phone numbers, which hold spaces, are
-# searched for in the whole text, and only when it has enough digits to contain one.
-_STRIP = "\"'`()[]{}<>,;:!?.*"
-_DOMAIN_WORD = re.compile(r"(?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9\-]{1,23}")
-_ID_WORD = re.compile(r"(?=[a-z_\-]*\d)(?=[\d_\-]*[a-z])[a-z0-9][a-z0-9_\-]{4,}")
-_NOT_DIGIT = re.compile(r"\D")
-_PHONE_CHARS = "+-().0123456789"
-_IBAN_WORD = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{8,30}")
-
-
-def _scan(text: str, *, every_kind: bool, as_given: bool) -> list[str]:
-    found: list[str] = []
-    spaced_iban = phone = False
-    run = 0  # digits in the current run of number-like words ("+1 (555) 123-4567")
-    for raw in text.lower().split():
-        if raw.isalpha():  # most words: letters only, nothing to find, no number run
-            run = 0
-            continue
-        word = raw.strip(_STRIP)
-        if every_kind:
-            if word and not word.strip(_PHONE_CHARS):
-                run += len(word) - sum(map(word.count, "+-()."))
-                phone = phone or run >= 7
-            else:
-                run = 0
-        if len(word) < 4 or word.isalpha():  # most words: nothing to find in them
-            continue
-        if word.startswith("//"):  # scheme-relative: where it goes is the same
-            word = "https:" + word
-        if "@" in word:
-            for m in _EMAIL.finditer(word):
-                address = m.group(0).strip(".")
-                found.append(address)
-                found.extend(_domain_tokens(address.rsplit("@", 1)[1]))
-            continue
-        if "://" in word:
-            match = _URL.search(word)
-            if match is not None:
-                found.extend(_url_tokens(match.group(0), as_given=as_given))
-            continue
-        head = word
-        if "/" in word:
-            if word[0] in "/~.":
-                if every_kind:
-                    found.append(word.rstrip("/."))
-                continue
-            head = word.split("/", 1)[0]  # evil.com/path
-        if "." in head and _DOMAIN_WORD.fullmatch(head):
-            found.extend(_domain_tokens(head))
-        elif every_kind and not word.isdigit():
-            if word[:2].isalpha() and word[2:4].isdigit():  # an IBAN, whole or its first group
-                if len(word) == 4:
-                    spaced_iban = True
-                elif _IBAN_WORD.fullmatch(word):
-                    found.append(word)
-                    continue
-            if _ID_WORD.fullmatch(word) is not None:
-                found.append(word)
-    if spaced_iban:
-        found.extend(m.group(0).replace(" ", "").lower() for m in _IBAN.finditer(text.upper()))
-    if phone:
-        undated = _DATE.sub(" ", text) if "-" in text else text
-        for m in _NUMBER.finditer(undated):
-            digits = _NOT_DIGIT.sub("", m.group(0))
-            if len(digits) >= 7:
-                found.append(digits)
-    return found
-
-
-def normal_value(value: Any) -> str:
-    """A value as the index keys it whole: casefolded, whitespace collapsed, numbers plain."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return " ".join(str(value).split()).casefold().strip(_TRAILING + " ")
-
-
-_DECIMAL = re.compile(r"\d+\.\d+")
-
-
-def _words(text: str) -> Iterator[str]:
-    for m in _WORD.finditer(text.casefold()):
-        word = m.group(0).strip(_TRAILING).replace(",", "")
-        if _DECIMAL.fullmatch(word):
-            word = normal_value(float(word))  # "63.20" is the amount 63.2
-        if word:
-            yield word
-
-
-def _leaves(value: Any, key: str = "") -> list[tuple[str, Any]]:
-    """(the nearest key, the leaf) for every scalar in a JSON-like value, in order."""
-    out: list[tuple[str, Any]] = []
-    _walk(value, key, out)
-    return out
-
-
-_SCALARS = (str, int, float, bool)
-
-
-def _walk(value: Any, key: str, out: list[tuple[str, Any]]) -> None:
-    kind = type(value)
-    if kind in _SCALARS:  # exact types first: the common case, and the cheapest test
-        out.append((key, value))
-    elif kind is dict or isinstance(value, Mapping):
-        for name, item in value.items():
-            _walk(item, name if type(name) is str else str(name), out)
-    elif kind is list or isinstance(value, list | tuple):
-        for item in value:
-            _walk(item, key, out)
-    elif value is not None:
-        out.append((key, value))
-
-
-# Leaves are scanned as one text (one pass instead of one per leaf); the separator is not
-# part of any identifier and ends a run of numbers, so no token spans two leaves.
-_JOIN = " | "
-
-
-def _texts(leaves: list[tuple[str, Any]]) -> tuple[list[str], list[str]]:
-    """The leaves as text, and the whole-value tokens of the short ones."""
-    texts: list[str] = []
-    whole: list[str] = []
-    for _, leaf in leaves:
-        if isinstance(leaf, str):
-            texts.append(leaf)
-            if len(leaf) <= SHORT_VALUE:
-                whole.append(normal_value(leaf))
-        else:
-            text = normal_value(leaf)
-            texts.append(text)
-            whole.append(text)
-    return texts, whole
-
-
 class ProvenanceIndex:
-    """What one run has seen: trusted tokens, and each untrusted token's first origin.
+    """What one run has seen: trusted tokens, each untrusted token's first origin, what the
+    user asked for, and who may read each private value.
 
-    Mutated only by the gate (``add_trusted``, ``add_output``); the planner reads it."""
+    Mutated only by the gate (``add_trusted``, ``add_output``, ``note_call``); the planner
+    reads it."""
 
-    __slots__ = ("effects", "first_untrusted", "flagged", "full", "trusted", "untrusted")
+    __slots__ = (
+        "allowed_tools",
+        "asked",
+        "asked_words",
+        "done",
+        "effects",
+        "first_untrusted",
+        "flagged",
+        "followed",
+        "full",
+        "phrases",
+        "private",
+        "private_refs",
+        "requested",
+        "trusted",
+        "untrusted",
+        "user_words",
+    )
 
     def __init__(self, trusted_values: Iterable[str] = ()) -> None:
         self.trusted: set[str] = set()
         self.untrusted: dict[str, Origin] = {}
+        self.phrases = " | "  # trusted text, as phrases: what names are matched against
+        # Intent: tokens the user's own words name (or that a trusted record they name
+        # holds), the user's words as phrases, and the tools the application allowed.
+        self.requested: set[str] = set()
+        self.asked = " | "
+        self.asked_words: set[str] = set()
+        self.user_words: set[str] = set()
+        self.allowed_tools: frozenset[str] | None = None
+        # Confidentiality: private word -> who may read it, and where it was first seen.
+        self.private: dict[str, tuple[frozenset[str], Origin]] = {}
+        # Ids of private records (an email's id): an argument holding one carries the record.
+        self.private_refs: dict[str, tuple[frozenset[str], Origin]] = {}
         self.flagged: Origin | None = None  # the first output screening flagged
         self.first_untrusted: Origin | None = None  # the first untrusted output at all
         self.full = False
         self.effects = 0  # effects of the run this index has accounted for
+        self.followed = 0  # links followed on ``follow_links`` authority
+        self.done: dict[str, dict[str, str]] = {}  # tool -> argument digest -> call id
         for value in trusted_values:
-            self.add_trusted(value)
+            self.add_trusted(value, user=True, said=False)
 
     def _room(self, n: int) -> bool:
-        if len(self.trusted) + len(self.untrusted) + n > MAX_TOKENS:
+        if len(self.trusted) + len(self.untrusted) + len(self.private) + n > MAX_TOKENS:
             self.full = True
         return not self.full
 
-    def add_trusted(self, value: Any) -> None:
-        """Trusted input: the user's request, configuration, a system of record's output."""
-        texts, tokens = _texts(_leaves(value))
-        joined = _JOIN.join(texts)
+    def add_trusted(self, value: Any, *, user: bool = False, said: bool = True) -> None:
+        """Trusted input: the user's request (``user``), configuration, a system of
+        record's output. ``said``: with ``user``, words of a request (configuration, such
+        as the user's own address, is the user's but asks for nothing)."""
+        texts, tokens = texts_of(leaves(value))
+        joined = JOIN.join(texts)
         found = set(tokens)
         found.update(identifiers(joined, as_given=True))
-        found.update(_words(joined))
-        if self._room(len(found)):
-            self.trusted |= found
+        found.update(typed_words(joined))
+        if not self._room(len(found)):
+            return
+        self.trusted |= found
+        spoken = "".join(f" {phrase(t)} |" for t in texts)
+        self.phrases += spoken
+        if user:
+            self.requested |= found
+            if said:
+                self.asked += spoken
+                self.asked_words |= record_words(joined)
+            self.user_words |= private_words(joined)
+            for word in self.user_words & self.private.keys():
+                del self.private[word]  # the user said it: theirs to send
+        else:
+            self._select(value)
+
+    def allow_tools(self, names: Iterable[str]) -> None:
+        """The application's allow-list for this request: the tools it may call."""
+        self.allowed_tools = (self.allowed_tools or frozenset()) | frozenset(names)
+
+    def _select(self, value: Any) -> None:
+        """The records of a trusted output the user's words name (a contact looked up by
+        the name in the request, the payee the request names, a file the request calls "my
+        meeting notes"): their values are requested."""
+        for record in records(value):
+            if not isinstance(record, Mapping):
+                continue
+            if self.names_record(record) or any(
+                self._named(v) for v in record.values() if isinstance(v, str)
+            ):
+                self._request(record)
+                continue
+            for name, item in record.items():  # a mapping of names to values (payees)
+                if isinstance(name, str) and self._named(name):
+                    self._request(item)
+
+    def names_record(self, record: Mapping[str, Any]) -> bool:
+        """Whether the user's words name this record: two of the words of its keys and short
+        values (sender, subject, path, name, city) are in the request."""
+        if len(self.asked_words) < 2:
+            return False
+        words: set[str] = set()
+        for _, leaf in leaves(record):
+            if isinstance(leaf, str) and len(leaf) <= SHORT_VALUE:
+                words |= record_words(leaf)
+        return len(words & self.asked_words) >= 2
+
+    def _named(self, text: str) -> bool:
+        if len(text) > SHORT_VALUE:
+            return False  # a name, not a text
+        words = short_phrase(text)
+        return len(words) >= 3 and f" {words} " in self.asked
+
+    def _request(self, value: Any) -> None:
+        texts, tokens = texts_of(leaves(value))
+        self.requested.update(tokens)
+        self.requested.update(identifiers(JOIN.join(texts)))
 
     def add_output(
         self,
@@ -343,31 +231,128 @@ class ProvenanceIndex:
         trusted: bool = False,
         trusted_fields: frozenset[str] = frozenset(),
         flagged: bool = False,
+        private: bool = False,
+        readers_from: tuple[str, ...] = (),
     ) -> None:
-        """A tool's (redacted) result. ``trusted_fields``: keys whose values are trusted."""
+        """A tool's (redacted) result. ``trusted_fields``: paths whose values are trusted;
+        ``private``/``readers_from``: the output is private data, readable by the people
+        its records name at those paths (the user alone if none)."""
         if trusted:
+            if private or readers_from:
+                self._mark_private(origin, value, readers_from)
             self.add_trusted(value)
             return
         if flagged and self.flagged is None:
             self.flagged = origin
-        leaves = _leaves(value)
+        if readers_from:
+            self._mark_private(origin, value, readers_from)
         if trusted_fields:
-            vouched = [leaf for key, leaf in leaves if key in trusted_fields]
+            for record in records(value):  # the vouched part of a record the request names
+                if isinstance(record, Mapping) and self.names_record(record):
+                    self._request(split_fields(record, trusted_fields)[0])
+            vouched, value = split_fields(value, trusted_fields)
             if vouched:
                 self.add_trusted(vouched)
-            leaves = [(key, leaf) for key, leaf in leaves if key not in trusted_fields]
-        if not leaves:
+        found = leaves(value)
+        if not found:
             return  # nothing untrusted in it: session rules do not fire on it
         if self.first_untrusted is None:
             self.first_untrusted = origin
-        texts, tokens = _texts(leaves)
-        tokens.extend(identifiers(_JOIN.join(texts), as_given=True))
+        texts, tokens = texts_of(found)
+        joined = JOIN.join(texts)
+        tokens.extend(identifiers(joined, as_given=True))
+        if private and not readers_from:
+            self._private(origin, joined, frozenset())  # the user's alone: one pass
         if not self._room(len(tokens)):
             return
         untrusted = self.untrusted
         for token in tokens:
             if token not in untrusted:
                 untrusted[token] = origin
+
+    def _mark_private(self, origin: Origin, value: Any, paths: tuple[str, ...]) -> None:
+        """Each record's private words, readable by the readers it names at ``paths`` (the
+        user alone if none), and its ids as references to it. A record the user's request
+        names, or a field it names ("my IBAN"), is the user's to send: not marked."""
+        for record in records(value) if paths else [value]:
+            content = split_fields(record, frozenset(paths))[1] if paths else record
+            if isinstance(record, Mapping) and self.names_record(record):
+                continue
+            readers = readers_of(record, paths)
+            texts: list[str] = []
+            for key, leaf in leaves(content):
+                if id_like(key):
+                    if isinstance(record, Mapping) and isinstance(leaf, str | int):
+                        self.private_refs.setdefault(normal_value(leaf), (readers, origin))
+                elif key.casefold() not in self.asked_words:
+                    texts.append(leaf if type(leaf) is str else str(leaf))
+            self._private(origin, JOIN.join(texts), readers)
+
+    def _private(self, origin: Origin, text: str, readers: frozenset[str]) -> None:
+        words = private_words(text)
+        if not words:
+            return
+        words -= self.user_words
+        if not self._room(len(words)):
+            return
+        private = self.private
+        for word in words:
+            known = private.get(word)
+            private[word] = (readers, origin) if known is None else (known[0] | readers, known[1])
+
+    def note_call(self, tool: str, argument_digest: str, call_id: str, *, followed: bool) -> None:
+        """A call of the run was dispatched: remembered so the same call again is noticed,
+        and counted against the links budget if it followed a link."""
+        self.done.setdefault(tool, {}).setdefault(argument_digest, call_id)
+        self.followed += followed
+
+    def asks_for(self, tool: str, phrases: tuple[str, ...]) -> bool:
+        """Whether the user's request asks for this tool: it is on the application's
+        allow-list, or (with no list) one of its intent phrases is in the user's words."""
+        if self.allowed_tools is not None:
+            return tool in self.allowed_tools
+        return _intent_pattern(phrases).search(self.asked) is not None
+
+    def states_together(self, values: list[Any], window: int = 24) -> bool:
+        """Whether the user's words state ``values`` together: the first is followed, in
+        order and within ``window`` characters, by the others ("from 2026-12-10 to
+        2026-12-12"), and nowhere by another value of the second's kind — a request that
+        gives two different ranges from the same day is ambiguous, and states neither."""
+        said = [f" {phrase(str(v))} " for v in values]
+        kind = scalar_token("", values[1]) or ""
+        text = self.asked
+        stated = False
+        start = text.find(said[0])
+        while start != -1:
+            at = start + len(said[0]) - 1
+            after = text[at : at + window + len(said[1])]
+            if said[1] in after:
+                stated = stated or all(
+                    text.find(f, at, at + window * (n + 1) + len(f)) != -1
+                    for n, f in enumerate(said[1:])
+                )
+            elif kind[:2] in ("d:", "t:", "n:", "i:") and any(
+                t[:2] == kind[:2] for t in typed_words(after)
+            ):
+                return False  # the first value, with another companion of the same kind
+            start = text.find(said[0], start + 1)
+        return stated
+
+    def carried(self, value: Any) -> list[tuple[str, frozenset[str], Origin]]:
+        """The private words ``value`` carries, with who may read each and where it was
+        seen first."""
+        if not self.private and not self.private_refs:
+            return []
+        found_leaves = leaves(value)
+        texts = [t for _, t in found_leaves if isinstance(t, str)]
+        found = private_words(JOIN.join(texts)) & self.private.keys()
+        carried = [(w, *self.private[w]) for w in sorted(found)]
+        for _, leaf in found_leaves:  # a reference: the whole value is a private record's id
+            if isinstance(leaf, str | int) and not isinstance(leaf, bool):
+                ref = self.private_refs.get(normal_value(leaf))
+                if ref is not None:
+                    carried.append((str(leaf), *ref))
+        return carried
 
     def place(self, token: str) -> tuple[Trust, Origin | None]:
         if token in self.trusted:
@@ -376,6 +361,29 @@ class ProvenanceIndex:
         if origin is not None:
             return Trust.UNTRUSTED, origin
         return (Trust.UNTRUSTED if self.full else Trust.UNKNOWN), None
+
+    def place_scalar(self, token: str, value: Any) -> tuple[Trust, Origin | None, bool]:
+        """A whole scalar's label and whether the user asked for it: typed tokens match
+        only tokens of their kind; a name matches trusted text only as a whole phrase."""
+        trust, origin = self.place(token)
+        words = phrase(value) if ":" not in token[:2] and isinstance(value, str) else ""
+        asked = token in self.requested or bool(words and f" {words} " in self.asked)
+        if token in self.trusted:
+            return trust, origin, asked
+        if words and f" {words} " in self.phrases:
+            return Trust.TRUSTED, None, asked
+        return trust, origin, False
+
+
+@lru_cache(maxsize=1024)
+def _intent_pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    """Any of ``phrases`` as words of a request, each word also as a prefix ("pay" in
+    "paying", "book" in "booking")."""
+    alternatives = [
+        r"\w*\s+".join(re.escape(w) for w in phrase(p).split()) + r"\w*" for p in phrases
+    ]
+    alternatives = [a for a in alternatives if a != r"\w*"] or ["(?!)"]
+    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + ")")
 
 
 class Check(StrEnum):
@@ -397,6 +405,11 @@ class ArgumentProvenance:
     token: str | None  # the identifier (or value) that decided, if not the whole value
     origin: Origin | None
     sensitive: bool = False
+    # Intent: every trusted value in it is one the user's own words name (or a trusted
+    # record they name holds), not merely one a system of record vouches for.
+    requested: bool = True
+    followed: bool = False  # egress allowed because it follows a link the run was given
+    checked: bool = True  # False: the check was "any", nothing of it was looked at
 
     @property
     def value(self) -> Any:
@@ -414,6 +427,7 @@ class ArgumentProvenance:
             "value": self.value,
             "trusted": self.trusted,
             "trust": self.trust.value,
+            "checked": self.checked,
             "identifier": self.token,
             "call_id": None if self.origin is None else self.origin.call_id,
             "tool": None if self.origin is None else self.origin.tool,
@@ -423,7 +437,7 @@ class ArgumentProvenance:
         """One line for a reason or an approval: which value, from where."""
         what = f"argument '{self.argument}'"
         if self.token is not None:
-            what += f" ({_quote(self.token)})"
+            what += f" ({quote(self.token)})"
         if self.trust is Trust.UNTRUSTED and self.origin is not None:
             return (
                 f"{what} first appeared in the output of `{self.origin.tool}` call "
@@ -436,7 +450,8 @@ class ArgumentProvenance:
         return f"{what} is {self.trust.value}"
 
 
-def _quote(token: str) -> str:
+def quote(token: str) -> str:
+    """A token as a reason quotes it: cut, secrets masked."""
     shown = token if len(token) <= SHOWN else token[: SHOWN - 1] + "…"
     return repr(redact(shown)[0])
 
@@ -447,42 +462,53 @@ _RANK = {Trust.NONE: 0, Trust.TRUSTED: 1, Trust.UNKNOWN: 2, Trust.UNTRUSTED: 3}
 def label_argument(
     index: ProvenanceIndex, name: str, value: Any, check: Check, sensitive: bool
 ) -> ArgumentProvenance:
-    """The label of one argument: the worst of its identifiers (or its whole value)."""
+    """The label of one argument: the worst of its tokens. Every leaf of a list or object is
+    checked (and every key that could hold an identifier); ``None`` and booleans carry
+    nothing to check; a leaf with no identifier is, under ``trusted``, matched whole, by its
+    kind (an amount, an id, a date, a time, a name as a phrase)."""
     if check is Check.ANY:
         return ArgumentProvenance(
-            argument=name, trust=Trust.NONE, raw=value, token=None, origin=None, sensitive=sensitive
+            argument=name,
+            trust=Trust.NONE,
+            raw=value,
+            token=None,
+            origin=None,
+            sensitive=sensitive,
+            checked=False,
         )
     worst: tuple[Trust, str | None, Origin | None] = (Trust.NONE, None, None)
-    seen = False
+    requested = True
     extract = links if check is Check.LINKS else identifiers
-    for _, leaf in _leaves(value):
-        if not isinstance(leaf, str):
+    requested_tokens = index.requested
+    for key, leaf in leaves(value, name):
+        if isinstance(leaf, str):
+            found = extract(leaf)
+            for found_token in found:
+                trust, origin = index.place(found_token)
+                if trust is Trust.TRUSTED and found_token not in requested_tokens:
+                    requested = False
+                if _RANK[trust] > _RANK[worst[0]]:
+                    worst = (trust, None if sensitive else found_token, origin)
+            if found or check is not Check.TRUSTED:
+                continue
+        elif check is not Check.TRUSTED:
             continue
-        placed = False
-        for found in extract(leaf):
-            seen = placed = True
-            trust, origin = index.place(found)
-            if _RANK[trust] > _RANK[worst[0]]:
-                worst = (trust, None if sensitive else found, origin)
-        if not placed:
-            # Fail closed: a destination the scanner cannot read (a homoglyph domain, a
-            # quoted address) is unknown, never "nothing to check".
-            odd = unplaced(leaf)
-            if odd is not None:
-                seen = True
-                if _RANK[Trust.UNKNOWN] > _RANK[worst[0]]:
-                    worst = (Trust.UNKNOWN, None if sensitive else odd, None)
-    if check is Check.TRUSTED and not seen and not isinstance(value, Mapping | list | tuple):
-        # No identifier in it (a name, an amount): the value itself must be trusted input,
-        # whole or word by word.
-        whole = normal_value(value)
-        trust, origin = index.place(whole)
-        if trust is not Trust.TRUSTED and all(w in index.trusted for w in _words(whole)):
-            trust, origin = Trust.TRUSTED, None
-        worst = (trust, None, origin)
+        whole = scalar_token(key, leaf)
+        if whole is None:
+            continue
+        trust, origin, asked = index.place_scalar(whole, leaf)
+        requested = requested and (asked or trust is not Trust.TRUSTED)
+        if _RANK[trust] > _RANK[worst[0]]:
+            worst = (trust, None, origin)
     trust, token, origin = worst
     return ArgumentProvenance(
-        argument=name, trust=trust, raw=value, token=token, origin=origin, sensitive=sensitive
+        argument=name,
+        trust=trust,
+        raw=value,
+        token=token,
+        origin=origin,
+        sensitive=sensitive,
+        requested=requested,
     )
 
 
@@ -495,56 +521,3 @@ def _shown(value: Any, sensitive: bool) -> Any:
     if isinstance(masked, str) and len(masked) > SHOWN:
         return masked[: SHOWN - 1] + "…"
     return masked
-
-
-def egress_label(
-    index: ProvenanceIndex,
-    name: str,
-    value: Any,
-    allowed: frozenset[str],
-    *,
-    follow_links: bool = False,
-) -> ArgumentProvenance:
-    """An egress argument (a URL to fetch): where its domain came from. A domain on the
-    allow-list (or under one) counts as trusted configuration. ``follow_links``: a URL the
-    run has seen verbatim — path and query exactly as given — may be fetched even if its
-    domain is untrusted: the request then carries nothing but the link itself."""
-    host = domain_of(fold(value)) if isinstance(value, str) else None
-    if host is None:
-        return ArgumentProvenance(
-            argument=name, trust=Trust.NONE, raw=value, token=None, origin=None
-        )
-    if _allowed(host, allowed):
-        return ArgumentProvenance(
-            argument=name, trust=Trust.TRUSTED, raw=value, token=host, origin=None
-        )
-    if follow_links and isinstance(value, str):
-        link = _verbatim(value)
-        if link is not None and (link in index.trusted or link in index.untrusted):
-            return ArgumentProvenance(
-                argument=name, trust=Trust.TRUSTED, raw=value, token=link, origin=None
-            )
-    # Only the exact host is trusted: a subdomain of a trusted domain may be anyone's
-    # (pages on a shared host), so trust does not flow down from the registrable part.
-    trust, origin = index.place(host)
-    if trust is Trust.UNKNOWN:
-        found, found_origin = index.place(".".join(host.split(".")[-2:]))
-        if found is Trust.UNTRUSTED:
-            trust, origin = found, found_origin
-    return ArgumentProvenance(argument=name, trust=trust, raw=value, token=host, origin=origin)
-
-
-def _verbatim(url: str) -> str | None:
-    """A URL as the index keys a link seen whole (query kept, fragment and www. dropped)."""
-    match = _URL.search(url.strip().lower())
-    if match is None:
-        return None
-    tokens = list(_url_tokens(match.group(0)))
-    # _url_tokens gives the URL without its query, then the link as given if that differs
-    return tokens[1] if len(tokens) > 1 and "://" in tokens[1] else tokens[0]
-
-
-def _allowed(host: str, allowed: frozenset[str]) -> bool:
-    if host in allowed:
-        return True
-    return any(host.endswith("." + domain) for domain in allowed)

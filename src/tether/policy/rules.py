@@ -157,9 +157,12 @@ def decide(
     arguments: Mapping[str, Any],
     flags: tuple[str, ...] = (),
     provenance: ProvenanceIndex | None = None,
+    *,
+    argument_digest: str = "",
 ) -> Decision:
     """The policy's verdict on one proposed call, with every reason behind it.
-    ``provenance``: what the run has seen, for the policy's flow rules."""
+    ``provenance``: what the run has seen, for the policy's flow rules; ``argument_digest``:
+    the call's, for the intent rule's check that the same call is not made twice."""
     if policy is None:
         return Decision(verdict=Verdict.DENY, reasons=("no policy loaded",), policy_version="")
     version = policy.version
@@ -187,6 +190,7 @@ def decide(
             reasons,
             explicit=explicit,
             subject=principal.subject,
+            argument_digest=argument_digest,
         )
         if verdict is Verdict.DENY:
             return Decision(

@@ -93,6 +93,13 @@ class Manifest:
     # the system vouches for, are; the rest of a tool's output is untrusted.
     trusted_output: bool = False
     trusted_fields: frozenset[str] = frozenset()
+    # Confidentiality: the tool's output is the user's private data, so its values may go
+    # only to destinations that may read them. ``readers_from``: result fields (paths, as
+    # ``trusted_fields`` take them) naming who may read it (an email's sender and
+    # recipients, a file's sharing list, a channel's members); private with none named
+    # means the user only. Either makes the output private.
+    private: bool = False
+    readers_from: tuple[str, ...] = ()
     schema_digest: str = field(init=False)
     manifest_digest: str = field(init=False)
 
@@ -121,6 +128,10 @@ class Manifest:
             trust["trusted_output"] = True
         if self.trusted_fields:
             trust["trusted_fields"] = sorted(self.trusted_fields)
+        if self.private or self.readers_from:
+            trust["private"] = True
+        if self.readers_from:
+            trust["readers_from"] = list(self.readers_from)
         object.__setattr__(
             self,
             "manifest_digest",
@@ -143,6 +154,11 @@ class Manifest:
                 }
             ),
         )
+
+    @property
+    def is_private(self) -> bool:
+        """Whether the output is the user's private data (``private`` or ``readers_from``)."""
+        return self.private or bool(self.readers_from)
 
     def _check_tenancy(self) -> None:
         if self.tenant_path is not None:
@@ -203,6 +219,8 @@ class Manifest:
             "tenant_scoped": self.tenant_scoped,
             "trusted_output": self.trusted_output,
             "trusted_fields": sorted(self.trusted_fields),
+            "private": self.is_private,
+            "readers_from": list(self.readers_from),
         }
 
 
@@ -374,6 +392,10 @@ class Registry:
             for key in ("allowed_tenants", "sensitive_fields", "trusted_fields"):
                 if manifest_fields.get(key) is not None:
                     manifest_fields[key] = frozenset(manifest_fields[key])
+            if isinstance(manifest_fields.get("readers_from"), str):
+                manifest_fields["readers_from"] = (manifest_fields["readers_from"],)
+            elif manifest_fields.get("readers_from") is not None:
+                manifest_fields["readers_from"] = tuple(manifest_fields["readers_from"])
             manifest = Manifest(
                 name=name or f.__name__,
                 description=description or inspect.getdoc(f) or "",
