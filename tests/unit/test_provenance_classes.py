@@ -249,3 +249,38 @@ def test_before_any_untrusted_output_intent_does_not_ask() -> None:
     index = index_for("hello")
     index.add_trusted({"name": "bob", "email": "bob.lee@myco.com"})
     assert judge(SEND, {"to": "bob.lee@myco.com", "body": "hi"}, index).verdict is Verdict.ALLOW
+
+
+def test_a_range_must_be_stated_together_and_unambiguously() -> None:
+    index = index_for("Book Hotel Lumen from 2026-12-10 to 2026-12-12; my flight is 2027-01-10")
+    assert index.states_together(["2026-12-10", "2026-12-12"])
+    assert not index.states_together(["2026-12-10", "2027-01-10"])
+    # The same day given two different ends: neither range is what the request says.
+    twice = index_for("In Lisbon from 2026-12-10 to 2027-01-10; book 2026-12-10 to 2026-12-12")
+    assert not twice.states_together(["2026-12-10", "2026-12-12"])
+    # Another companion of another kind (a time) is not another range.
+    timed = index_for("Book 2026-12-18 to 2026-12-20, and note check-in 2026-12-18 at 15:00")
+    assert timed.states_together(["2026-12-18", "2026-12-20"])
+
+
+def test_a_private_record_the_request_names_is_the_users_to_send() -> None:
+    kickoff = {
+        "id": "e8",
+        "sender": "carol@partner.org",
+        "to": ["me@myco.com"],
+        "subject": ("Project kickoff"),
+        "body": "Room 4.12, code 5521",
+    }
+    reset = {
+        "id": "e5",
+        "sender": "it@myco.com",
+        "to": ["me@myco.com"],
+        "subject": "Reset",
+        "body": "code 739201",
+    }
+    index = index_for("forward Carol's kickoff email to erin@myco.com")
+    index.add_output(READ, [kickoff, reset], readers_from=("sender", "to"))
+    assert "5521" not in index.private and "e8" not in index.private_refs
+    assert "739201" in index.private
+    # An id refers to its record: forwarding e5 carries the reset email.
+    assert [w for w, *_ in index.carried("e5")] == ["e5"]

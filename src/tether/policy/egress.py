@@ -4,6 +4,7 @@ given and may follow (per host, on the run's links budget)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from tether.policy.destinations import STRIP, fold, host_tokens, looks_like_destination, parse_link
@@ -76,6 +77,7 @@ def egress_label(
     )
 
 
+@lru_cache(maxsize=4096)
 def _verbatim(url: str) -> str | None:
     """A link as the index keys one seen whole (query kept; scheme, fragment, www. not)."""
     link = parse_link(fold(url).strip().lower().strip(STRIP))

@@ -56,12 +56,15 @@ from tether.policy.tokens import (
 from tether.policy.values import (
     JOIN,
     SHORT_VALUE,
+    Row,
     leaves,
     normal_value,
-    readers_of,
+    parse_paths,
+    reader,
     records,
-    split_fields,
+    rows,
     texts_of,
+    under,
 )
 
 MAX_TOKENS = 20_000  # per run; a token is a short string, so a full index is a few MB
@@ -160,7 +163,17 @@ class ProvenanceIndex:
         """Trusted input: the user's request (``user``), configuration, a system of
         record's output. ``said``: with ``user``, words of a request (configuration, such
         as the user's own address, is the user's but asks for nothing)."""
-        texts, tokens = texts_of(leaves(value))
+        self._trust(leaves(value), value, user=user, said=said)
+
+    def _trust(
+        self,
+        found_leaves: list[tuple[str, Any]],
+        value: Any,
+        *,
+        user: bool = False,
+        said: bool = True,
+    ) -> None:
+        texts, tokens = texts_of(found_leaves)
         joined = JOIN.join(texts)
         found = set(tokens)
         found.update(identifiers(joined, as_given=True))
@@ -178,39 +191,31 @@ class ProvenanceIndex:
             self.user_words |= private_words(joined)
             for word in self.user_words & self.private.keys():
                 del self.private[word]  # the user said it: theirs to send
-        else:
-            self._select(value)
+        elif self.asked_words:
+            self._select(value, found)
 
     def allow_tools(self, names: Iterable[str]) -> None:
         """The application's allow-list for this request: the tools it may call."""
         self.allowed_tools = (self.allowed_tools or frozenset()) | frozenset(names)
 
-    def _select(self, value: Any) -> None:
+    def _select(self, value: Any, tokens: set[str]) -> None:
         """The records of a trusted output the user's words name (a contact looked up by
         the name in the request, the payee the request names, a file the request calls "my
-        meeting notes"): their values are requested."""
+        meeting notes"): their values are requested. ``tokens``: the whole value's."""
         for record in records(value):
             if not isinstance(record, Mapping):
                 continue
-            if self.names_record(record) or any(
+            if self._names(rows(record)) or any(
                 self._named(v) for v in record.values() if isinstance(v, str)
             ):
-                self._request(record)
+                if record is value:
+                    self.requested |= tokens  # the one record: its tokens are known
+                else:
+                    self._request(leaves(record))
                 continue
             for name, item in record.items():  # a mapping of names to values (payees)
                 if isinstance(name, str) and self._named(name):
-                    self._request(item)
-
-    def names_record(self, record: Mapping[str, Any]) -> bool:
-        """Whether the user's words name this record: two of the words of its keys and short
-        values (sender, subject, path, name, city) are in the request."""
-        if len(self.asked_words) < 2:
-            return False
-        words: set[str] = set()
-        for _, leaf in leaves(record):
-            if isinstance(leaf, str) and len(leaf) <= SHORT_VALUE:
-                words |= record_words(leaf)
-        return len(words & self.asked_words) >= 2
+                    self._request(leaves(item))
 
     def _named(self, text: str) -> bool:
         if len(text) > SHORT_VALUE:
@@ -218,8 +223,8 @@ class ProvenanceIndex:
         words = short_phrase(text)
         return len(words) >= 3 and f" {words} " in self.asked
 
-    def _request(self, value: Any) -> None:
-        texts, tokens = texts_of(leaves(value))
+    def _request(self, found: list[tuple[str, Any]]) -> None:
+        texts, tokens = texts_of(found)
         self.requested.update(tokens)
         self.requested.update(identifiers(JOIN.join(texts)))
 
@@ -237,32 +242,30 @@ class ProvenanceIndex:
         """A tool's (redacted) result. ``trusted_fields``: paths whose values are trusted;
         ``private``/``readers_from``: the output is private data, readable by the people
         its records name at those paths (the user alone if none)."""
+        if flagged and not trusted and self.flagged is None:
+            self.flagged = origin
+        found = rows(value)
+        vouched_at = parse_paths(trusted_fields)
+        readers_at = parse_paths(readers_from)
+        if private or readers_from or (vouched_at and not trusted):
+            self._records(
+                origin, found, vouched_at, readers_at, private=private or bool(readers_at)
+            )
         if trusted:
-            if private or readers_from:
-                self._mark_private(origin, value, readers_from)
             self.add_trusted(value)
             return
-        if flagged and self.flagged is None:
-            self.flagged = origin
-        if readers_from:
-            self._mark_private(origin, value, readers_from)
-        if trusted_fields:
-            for record in records(value):  # the vouched part of a record the request names
-                if isinstance(record, Mapping) and self.names_record(record):
-                    self._request(split_fields(record, trusted_fields)[0])
-            vouched, value = split_fields(value, trusted_fields)
-            if vouched:
-                self.add_trusted(vouched)
-        found = leaves(value)
-        if not found:
+        vouched: list[tuple[str, Any]] = []
+        rest: list[tuple[str, Any]] = []
+        for _, path, key, leaf in found:
+            (vouched if vouched_at and under(path, vouched_at) else rest).append((key, leaf))
+        if vouched:
+            self._trust(vouched, [leaf for _, leaf in vouched])
+        if not rest:
             return  # nothing untrusted in it: session rules do not fire on it
         if self.first_untrusted is None:
             self.first_untrusted = origin
-        texts, tokens = texts_of(found)
-        joined = JOIN.join(texts)
-        tokens.extend(identifiers(joined, as_given=True))
-        if private and not readers_from:
-            self._private(origin, joined, frozenset())  # the user's alone: one pass
+        texts, tokens = texts_of(rest)
+        tokens.extend(identifiers(JOIN.join(texts), as_given=True))
         if not self._room(len(tokens)):
             return
         untrusted = self.untrusted
@@ -270,23 +273,65 @@ class ProvenanceIndex:
             if token not in untrusted:
                 untrusted[token] = origin
 
-    def _mark_private(self, origin: Origin, value: Any, paths: tuple[str, ...]) -> None:
-        """Each record's private words, readable by the readers it names at ``paths`` (the
-        user alone if none), and its ids as references to it. A record the user's request
-        names, or a field it names ("my IBAN"), is the user's to send: not marked."""
-        for record in records(value) if paths else [value]:
-            content = split_fields(record, frozenset(paths))[1] if paths else record
-            if isinstance(record, Mapping) and self.names_record(record):
+    def _records(
+        self,
+        origin: Origin,
+        found: list[Row],
+        vouched_at: tuple[tuple[str, ...], ...],
+        readers_at: tuple[tuple[str, ...], ...],
+        *,
+        private: bool,
+    ) -> None:
+        """Per record of an output: the vouched part of a record the request names is
+        requested; a private record's words are readable by the readers it names at
+        ``readers_at`` (the user alone if none), and its ids refer to it. A record the
+        request names, or a field it names ("my IBAN"), is the user's to send: not marked."""
+        start = 0
+        while start < len(found):
+            n = found[start][0]
+            end = start
+            while end < len(found) and found[end][0] == n:
+                end += 1
+            record = found[start:end]
+            start = end
+            if self._names(record):
+                if vouched_at:
+                    self._request(
+                        [(k, leaf) for _, path, k, leaf in record if under(path, vouched_at)]
+                    )
                 continue
-            readers = readers_of(record, paths)
+            if not private:
+                continue
+            names: set[str] = set()
             texts: list[str] = []
-            for key, leaf in leaves(content):
-                if id_like(key):
-                    if isinstance(record, Mapping) and isinstance(leaf, str | int):
-                        self.private_refs.setdefault(normal_value(leaf), (readers, origin))
+            refs: list[Any] = []
+            for _, path, key, leaf in record:
+                if readers_at and under(path, readers_at):
+                    if type(leaf) is str and leaf.strip():
+                        names.add(reader(leaf))
+                elif id_like(key):
+                    refs.append(leaf)
                 elif key.casefold() not in self.asked_words:
                     texts.append(leaf if type(leaf) is str else str(leaf))
+            readers = frozenset(names)
+            for ref in refs:
+                if isinstance(ref, str | int) and not isinstance(ref, bool):
+                    self.private_refs.setdefault(normal_value(ref), (readers, origin))
             self._private(origin, JOIN.join(texts), readers)
+
+    def _names(self, record: list[Row]) -> bool:
+        """Whether the user's words name a record: two of the words of its short values
+        (sender, subject, path, name, city) are in the request."""
+        asked = self.asked_words
+        if len(asked) < 2:
+            return False
+        words: set[str] = set()
+        for _, _, _, leaf in record:
+            if type(leaf) is str and len(leaf) <= SHORT_VALUE:
+                words |= record_words(leaf) & asked
+                if len(words) >= 2:
+                    return True
+        return False
 
     def _private(self, origin: Origin, text: str, readers: frozenset[str]) -> None:
         words = private_words(text)
@@ -341,8 +386,8 @@ class ProvenanceIndex:
     def carried(self, value: Any) -> list[tuple[str, frozenset[str], Origin]]:
         """The private words ``value`` carries, with who may read each and where it was
         seen first."""
-        if not self.private and not self.private_refs:
-            return []
+        if not self.private_refs and (not self.private or not _has_digit(value)):
+            return []  # private words all have a digit
         found_leaves = leaves(value)
         texts = [t for _, t in found_leaves if isinstance(t, str)]
         found = private_words(JOIN.join(texts)) & self.private.keys()
@@ -373,6 +418,15 @@ class ProvenanceIndex:
         if words and f" {words} " in self.phrases:
             return Trust.TRUSTED, None, asked
         return trust, origin, False
+
+
+_DIGIT = re.compile(r"\d")
+
+
+def _has_digit(value: Any) -> bool:
+    if type(value) is str:
+        return _DIGIT.search(value) is not None
+    return any(_DIGIT.search(str(leaf)) for _, leaf in leaves(value))
 
 
 @lru_cache(maxsize=1024)

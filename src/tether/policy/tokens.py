@@ -309,15 +309,16 @@ _COMMON = frozenset(
 )
 
 
-def record_words(text: str) -> set[str]:
+@lru_cache(maxsize=8192)
+def record_words(text: str) -> frozenset[str]:
     """The parts of ``text`` (split at anything not a letter or digit) that can say which
     record a request means: "Carol's kickoff email" and a record sent by carol.diaz@… titled
     "Project kickoff" share ``carol`` and ``kickoff``."""
-    return {
+    return frozenset(
         w
         for w in _PART.findall(text.casefold())
         if len(w) > 1 and not w.isdigit() and w not in _COMMON
-    }
+    )
 
 
 # -- private words ---------------------------------------------------------------------------

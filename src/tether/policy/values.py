@@ -3,7 +3,7 @@ under), the fields at a path, their whole-value tokens, and who a readers field 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -52,43 +52,43 @@ def _walk(value: Any, key: str, out: list[tuple[str, Any]]) -> None:
         out.append((key, value))
 
 
-def _at(record: Mapping[str, Any], path: str) -> Any:
-    """The value at a dotted path of a record, or None."""
-    value: Any = record
-    for part in path.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value
+# A leaf as the index reads an output: (the record it is in — the item of a list result, or
+# 0 — the path of keys to it from its record, the nearest key, the leaf).
+Row = tuple[int, tuple[str, ...], str, Any]
 
 
-def split_fields(value: Any, paths: frozenset[str]) -> tuple[list[Any], Any]:
-    """The values at ``paths`` (dotted, from the top of the result or of each record of a
-    list result), and the result without them. A path names one place: ``id`` is the
-    top-level key, never an ``id`` nested deeper."""
-    if isinstance(value, list):
-        found: list[Any] = []
-        rest: list[Any] = []
+def rows(value: Any) -> list[Row]:
+    """Every leaf of a result with where it sits, in one walk (``leaves`` with paths)."""
+    out: list[Row] = []
+    for n, item in enumerate(value if isinstance(value, list) else [value]):
+        _rows(item, n, (), "", out)
+    return out
+
+
+def _rows(value: Any, n: int, path: tuple[str, ...], key: str, out: list[Row]) -> None:
+    kind = type(value)
+    if kind in _SCALARS:
+        out.append((n, path, key, value))
+    elif kind is dict or isinstance(value, Mapping):
+        for raw, item in value.items():
+            name = raw if type(raw) is str else str(raw)
+            if not name.replace("_", "").isalpha():
+                out.append((n, path, key, name))
+            _rows(item, n, (*path, name), name, out)
+    elif kind is list or isinstance(value, list | tuple):
         for item in value:
-            f, r = split_fields(item, paths)
-            found.extend(f)
-            rest.append(r)
-        return found, rest
-    if not isinstance(value, Mapping):
-        return [], value
-    found = []
-    rest_map: dict[str, Any] = {}
-    for name, item in value.items():
-        inner = frozenset(p.split(".", 1)[1] for p in paths if p.startswith(f"{name}."))
-        if name in paths:
-            found.append(item)
-        elif inner:
-            f, r = split_fields(item, inner)
-            found.extend(f)
-            rest_map[name] = r
-        else:
-            rest_map[name] = item
-    return found, rest_map
+            _rows(item, n, path, key, out)
+    elif value is not None:
+        out.append((n, path, key, value))
+
+
+def parse_paths(paths: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(p.split(".")) for p in paths)
+
+
+def under(path: tuple[str, ...], paths: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether a leaf's path is at or below one of ``paths``."""
+    return any(path[: len(p)] == p for p in paths)
 
 
 # Leaves are scanned as one text (one pass instead of one per leaf); the separator is not
@@ -131,18 +131,6 @@ def destinations(value: Any) -> set[str]:
         if isinstance(leaf, str) and leaf.strip():
             found.add(reader(leaf))
     return found
-
-
-def readers_of(value: Any, paths: tuple[str, ...]) -> frozenset[str]:
-    """The readers a private record names at ``paths``."""
-    if not isinstance(value, Mapping):
-        return frozenset()
-    found: set[str] = set()
-    for path in paths:
-        for _, leaf in leaves(_at(value, path)):
-            if isinstance(leaf, str) and leaf.strip():
-                found.add(reader(leaf))
-    return frozenset(found)
 
 
 def records(value: Any) -> list[Any]:
