@@ -3,7 +3,7 @@ policy, side by side, through tether's real gate — and what the provenance che
 
     python bench/bench_dataflow.py [--calls 3000] [--json]
 
-The suites (tests/dataflow/: mail and calendar, banking, files, web and chat) are run once
+The suites (tests/dataflow/: mail and calendar, banking, files, web and chat, travel) run once
 per policy: every benign task alone, then every task with each of its planted injections,
 the scripted agent obeying the injection as soon as it reads it (the worst case). Scored by
 the world afterwards: benign tasks done with no approval, approvals per benign task, and

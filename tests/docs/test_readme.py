@@ -39,7 +39,11 @@ def test_readme_flow_policy_loads() -> None:
     assert policy.flow is not None
     assert policy.flow.tiers[Risk.WRITE].trusted is Verdict.ALLOW
     assert policy.flow.tools["get_webpage"].egress == ("url",)
-    assert [s.after for s in policy.flow.session] == ["flagged_output", "untrusted_output"]
+    assert policy.flow.tools["get_webpage"].follow_links == {"example.com", "partner.org"}
+    assert policy.flow.tools["send_email"].audience == ("to",)
+    assert policy.flow.tools["book_hotel"].together == (("check_in", "check_out"),)
+    assert policy.flow.intent is not None and policy.flow.owner == {"me@example.com"}
+    assert [s.after for s in policy.flow.session] == ["flagged_output"]
 
 
 def test_readme_gateway_config_loads(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ token of the same kind:
 - phrases (``phrase``): the words of a text, lowercased and single-spaced; a name is vouched
   for only as a contiguous phrase of trusted text, not word by word;
 - private words (``private_words``): what of a private record would leak if sent on — words
-  of six characters or more with a digit in them (codes, passwords, account numbers,
+  of three characters or more with a digit in them (codes, passwords, account numbers,
   amounts like ``4210.55``), dates and times aside.
 
 Pure and in memory; the hot path is ``identifiers`` over untrusted output, written to split
