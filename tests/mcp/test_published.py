@@ -4,7 +4,6 @@ mcp-server-git from PyPI on a temporary repository. Under CI a missing server fa
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -88,7 +87,11 @@ def test_filesystem_read_write_and_a_path_outside_the_folder(
             # write_file says it is destructive: the gate treats it as irreversible.
             assert gateway.offered["write_file"].manifest.risk.value == "irreversible"
             read = await client.call_tool("read_text_file", {"path": str(folder / "a.txt")})
-            assert not read.is_error and json.loads(text(read)) == {"content": "alpha"}
+            # Passed through unchanged: the server's text, and its structured content.
+            assert not read.is_error and text(read) == "alpha"
+            assert read.structured_content == {"content": "alpha"}
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            assert listed["read_text_file"].output_schema is not None
             asked = await client.call_tool("write_file", args)
             approval = approval_id(asked)
             assert not target.exists()

@@ -157,7 +157,8 @@ def serve_command(
 
     async def main() -> None:
         from tether.identity import authenticate
-        from tether.mcp.gateway import Gateway, serve_stdio
+        from tether.mcp.gateway import Gateway
+        from tether.mcp.stdio import serve_stdio
 
         with open_cli_store(url) as store:
             token = os.environ.get("TETHER_PRINCIPAL_TOKEN")

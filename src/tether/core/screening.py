@@ -18,13 +18,30 @@ from typing import Any
 
 from tether.core.digest import canonical_json
 
+# Instructions aimed at a model, not words that merely appear in them: "bypass the cache",
+# "### System requirements" and "act as a proxy" are ordinary text, while "ignore the previous
+# instructions", "you are now DAN" and chat-template tokens are not. tests/unit/
+# test_screening.py measures both sides on a corpus of ordinary strings and of injections.
 INJECTION_PATTERN = re.compile(
-    r"(ignore\b.*\b(previous|above|prior)|forget\b.*\binstruction|disregard\b.*\b(previous|above|prior)"
-    r"|you are now|\bact as\b|jailbreak|\bbypass\b"
-    r"|override.*system|system.*override"
-    r"|</s>|\n\n###|###\s*system|<\|im_start\|>|<\|im_end\|>|<\|?(system|assistant)\|?>"
-    r"|\[/?(inst|system)\]|system prompt)",
-    re.IGNORECASE | re.DOTALL,
+    r"(?:ignore|disregard|forget|skip)\b[^.\n]{0,20}?\b(?:previous|prior|above|earlier"
+    r"|preceding)\b"
+    r"|(?:ignore|disregard|forget|skip)\b[^.\n]{0,40}?\b(?:all|your|any|the)\b[^.\n]{0,30}?"
+    r"\b(?:instructions?|prompts?|rules|directions|guidelines|directives|orders|commands)\b"
+    r"|you are now (?:an? )?(?:dan\b|unrestricted|jailbroken|uncensored|evil|free of"
+    r"|in developer mode|no longer)"
+    r"|act as (?:an? )?(?:unrestricted|jailbroken|uncensored|evil|dan\b|the system"
+    r"|system administrator with no)"
+    r"|jailbr(?:eak|oken)\b[^.\n]{0,20}?\b(?:mode|prompt|the (?:ai|model|assistant))"
+    r"|(?:bypass|override|disable|ignore) (?:the |your |all |any )?(?:safety|security|content"
+    r"|system|moderation) (?:filters?|polic(?:y|ies)|rules|guardrails|restrictions|prompt"
+    r"|instructions|checks?)"
+    r"|system override|override (?:your|the) system"
+    r"|(?:reveal|print|show|repeat|output|leak|dump)\b[^.\n]{0,30}?\b(?:system|hidden"
+    r"|initial) prompt"
+    r"|</s>|<\|im_start\|>|<\|im_end\|>|<\|?(?:system|assistant)\|?>|\[/?(?:inst|system)\]"
+    r"|(?:^|\n)[ \t]*#{1,6}[ \t]*(?:system|assistant)[ \t]*(?:prompt|message)?[ \t]*:?[ \t]*"
+    r"(?:\n|$)",
+    re.IGNORECASE,
 )
 
 # Unicode "format" characters (zero-width space/joiners, bidi controls, BOM, tag characters)
@@ -46,8 +63,8 @@ def normalize(text: str) -> str:
 # for these first answers most strings in a fraction of that, and a string that has one
 # still goes through the pattern. tests/unit/test_screening.py checks the list against the pattern.
 INJECTION_ANCHORS = (
-    *("ignore", "forget", "disregard", "you are now", "act as", "jailbreak", "bypass"),
-    *("override", "system", "</s>", "###", "<|im_", "assistant", "inst"),
+    *("ignore", "disregard", "forget", "skip", "you are now", "act as", "jailbr", "bypass"),
+    *("override", "disable", "prompt", "</s>", "<|im_", "system", "assistant", "inst"),
 )
 
 

@@ -4,11 +4,10 @@ The caller's run id is derived here, once, from its credential, subject and sess
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.principal import Principal
@@ -26,6 +25,9 @@ class Caller:
     principal: Principal
     session: str
     credential_id: str | None = None
+    # No protocol session (the stateless protocol, or a client that never initialises):
+    # request ids repeat across the client's processes, so they alone name no call.
+    stateless: bool = False
 
     @cached_property  # frozen, so computed once per caller (each call asks for it)
     def run_id(self) -> str:
@@ -46,9 +48,27 @@ def bearer(headers: Mapping[str, str]) -> str:
     return token.strip()
 
 
-def caller_from_headers(store: Store, headers: Mapping[str, str]) -> Caller:
+SESSION_META = "io.tether/session"  # a stateless client's name for its conversation
+CALL_META = "io.tether/call_id"  # a client's own id for one intended call
+
+
+def caller_from_headers(
+    store: Store, headers: Mapping[str, str], meta: Mapping[str, Any] | None = None
+) -> Caller:
+    """The caller of an HTTP request. Its session is the protocol's ``Mcp-Session-Id``;
+    with none (the stateless protocol), the conversation the client names in the request's
+    ``_meta`` (``io.tether/session``), else the credential's own standing session — so an
+    approval asked for in one request is found by the next, and a session's budget is not
+    one request's."""
     identity = authenticate(store, bearer(headers), "principal")
-    # No session header (a stateless client): each request is its own session, so nothing
-    # can be replayed across requests — and nothing can collide either.
-    session = headers.get("mcp-session-id") or uuid.uuid4().hex
-    return Caller(identity.principal(), session, identity.credential_id)
+    session = headers.get("mcp-session-id")
+    if session:
+        return Caller(identity.principal(), session, identity.credential_id)
+    named = (meta or {}).get(SESSION_META)
+    conversation = str(named)[:200] if isinstance(named, str | int) and named != "" else ""
+    return Caller(
+        identity.principal(),
+        "stateless:" + conversation,
+        identity.credential_id,
+        stateless=True,
+    )

@@ -53,11 +53,17 @@ from tether.errors import (
 )
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
-from tether.mcp.caller import Caller, caller_from_headers
+from tether.mcp.caller import CALL_META, Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.upstream import Upstream
-from tether.mcp.wire import approval_wait, error_result, protocol_error, result_of, text_of
+from tether.mcp.wire import (
+    approval_wait,
+    envelope,
+    error_result,
+    result_of,
+    text_of,
+)
 from tether.tools.registry import Manifest, Registry
 from tether.tools.tenancy import fill_tenant
 
@@ -85,18 +91,17 @@ class Offered:
     blocked: str | None = None  # why it is refused now (drift, gone from the server)
 
     def listing(self) -> dict[str, Any]:
-        """The tool as the client is shown it: as pinned, under the offered name. Results
-        reach the client as screened text, so no output schema is promised."""
+        """The tool as the client is shown it: as pinned, under the offered name — output
+        schema included, since results pass through as the server gave them."""
         snap = self.pinned.snapshot
         tool: dict[str, Any] = {
             "name": self.config.name,
             "description": snap.get("description") or "",
             "inputSchema": dict(self.manifest.parameters),
         }
-        if snap.get("title"):
-            tool["title"] = snap["title"]
-        if snap.get("annotations"):
-            tool["annotations"] = snap["annotations"]
+        for key in ("title", "annotations", "outputSchema"):
+            if snap.get(key):
+                tool[key] = snap[key]
         return tool
 
 
@@ -319,11 +324,12 @@ class Gateway:
             return mcp_types.ListToolsResult.model_validate({"tools": self.listing()})
 
         async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> dict[str, Any]:
-            caller = self.caller_for(ctx)
+            meta = params.meta if isinstance(params.meta, dict) else {}
+            caller = self.caller_for(ctx, meta)
             # The result's wire form: the SDK validates and shapes it for the protocol
             # version anyway, so a model built here would be validated and dumped twice.
             return await self._call_wire(
-                caller, ctx.request_id, params.name, dict(params.arguments or {})
+                caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
             )
 
         server: Server[Any] = Server(
@@ -342,7 +348,7 @@ class Gateway:
     stdio_session: str = ""
     over_http: bool = False  # set by ``http.serve_http``
 
-    def caller_for(self, ctx: Any) -> Caller:
+    def caller_for(self, ctx: Any, meta: Mapping[str, Any] | None = None) -> Caller:
         """Who sends this request: the config's principal over stdio; over HTTP the
         principal of the bearer credential (checked by ``http.authenticated``)."""
         request = getattr(ctx, "request", None)
@@ -350,7 +356,7 @@ class Gateway:
         if headers is not None or self.over_http:
             # Over HTTP a request without headers is refused, never taken for the config's
             # principal.
-            return caller_from_headers(self.store, headers or {})
+            return caller_from_headers(self.store, headers or {}, meta)
         if not self.stdio_session:
             self.stdio_session = uuid.uuid4().hex
         cached = self._stdio_caller
@@ -373,31 +379,53 @@ class Gateway:
 
     # -- a call ------------------------------------------------------------------------------
     async def call_tool(
-        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any] | None = None,
     ) -> mcp_types.CallToolResult:
         """Judge and, if allowed, run one ``tools/call``; every answer is a tool result
         (refusals and approvals are ``isError`` results the model can read)."""
         import mcp_types
 
-        wire = await self._call_wire(caller, request_id, name, arguments)
+        wire = await self._call_wire(caller, request_id, name, arguments, meta)
         return mcp_types.CallToolResult.model_validate(wire)
 
     async def _call_wire(
-        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``call_tool``'s result in its wire form (what the MCP server returns)."""
         # Judged, dispatched and recorded on this loop; once the gate has recorded the call
         # as dispatched it runs to its recorded outcome, whoever stops waiting for it.
         with anyio.CancelScope(shield=True):
-            result = await self._govern(caller, request_id, name, arguments)
+            result = await self._govern(caller, request_id, name, arguments, meta or {})
         return result
 
     async def _govern(
-        self, caller: Caller, request_id: Any, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any],
     ) -> dict[str, Any]:
         gate = self._gate()
         run_id = self._ensure_run(caller)
-        call_id, same = self._call_id(caller, run_id, request_id, name, arguments)
+        undeclared = self._undeclared(name, arguments)
+        if undeclared:
+            return error_result(
+                f"tether: '{name}' was pinned without argument(s) {', '.join(undeclared)}; "
+                "the gateway forwards only the arguments the pinned schema declares (re-pin "
+                "the tool if its server added them)"
+            )
+        call_id, same = self._call_id(caller, run_id, request_id, name, arguments, meta)
         offered = self.offered.get(name)
         if offered is not None and offered.blocked is not None:
             with self.store.read() as tx:
@@ -417,7 +445,8 @@ class Gateway:
         if isinstance(got, Ran):
             if session.asked.get(same) == call_id:
                 del session.asked[same]  # it ran: the same arguments again are a new call
-            return result_of(got.outcome)
+            manifest = offered.manifest if offered is not None else None
+            return result_of(got.outcome, manifest.sensitive_fields if manifest else frozenset())
         return error_result(f"tether: {got.error}")
 
     def _gate(self) -> Gate:
@@ -438,15 +467,44 @@ class Gateway:
                 self._runs.add(run_id)
         return run_id
 
+    def _undeclared(self, name: str, arguments: Mapping[str, Any]) -> list[str]:
+        """Arguments the pinned schema does not declare (a server that added one after it
+        was pinned would otherwise receive what no one reviewed)."""
+        offered = self.offered.get(name)
+        if offered is None:
+            return []
+        schema = offered.manifest.parameters
+        declared = schema.get("properties")
+        if not isinstance(declared, Mapping) or schema.get("additionalProperties") is True:
+            return []
+        return sorted(repr(k) for k in arguments if k not in declared)
+
     def _call_id(
-        self, caller: Caller, run_id: str, request_id: Any, name: str, arguments: dict[str, Any]
+        self,
+        caller: Caller,
+        run_id: str,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any] | None = None,
     ) -> tuple[str, tuple[str, str]]:
-        """The call a request is — its own (from the request id), or, for a new request
-        repeating a call that asked for approval, that call — and the (tool, argument
-        digest) pair that names "the same call" in this session."""
-        raw = str(request_id)
-        own = "mcp-" + (raw if _SAFE_ID.match(raw) else sha256_hex(raw)[:32])
+        """The call a request is — its own, or, for a new request repeating a call that
+        asked for approval, that call — and the (tool, argument digest) pair that names "the
+        same call" in this session.
+
+        Its own id: the client's ``_meta`` ``io.tether/call_id`` if it gives one (two
+        intended calls with the same arguments stay two only if they differ there or in
+        their request ids); else, in a protocol session, the JSON-RPC request id (unique
+        within the session, so a resend is the same call); else (stateless: request ids
+        restart with every client process) the request id together with the arguments'
+        digest — a resend is the same call, a new process's request 1 with other arguments
+        is not."""
         same = (name, self._argument_digest(caller, name, arguments))
+        given = (meta or {}).get(CALL_META)
+        raw = str(given) if isinstance(given, str | int) and given != "" else str(request_id)
+        if given in (None, "") and caller.stateless:
+            raw = f"{raw}-{same[1].removeprefix('sha256:')[:16]}"
+        own = "mcp-" + (raw if _SAFE_ID.match(raw) else sha256_hex(raw)[:32])
         session = self._session(run_id)
         alias = session.aliases.get(own)
         if alias is not None:
@@ -511,12 +569,11 @@ class Gateway:
 
     async def _upstream_call(self, tool: ToolConfig, arguments: dict[str, Any]) -> Any:
         result = await self.upstreams[tool.server].call(tool.upstream_name, arguments)
-        text = text_of(result)
         if result.is_error:
-            raise UpstreamToolError(tool.key, text)
-        if result.structured_content is not None:
-            return result.structured_content
-        return text
+            raise UpstreamToolError(tool.key, text_of(result))
+        # The result as the server gave it (content blocks, structured content): the ledger
+        # records it so, and the client gets it back so, replayed or not.
+        return envelope(result)
 
 
 class UpstreamToolError(RuntimeError):
@@ -524,31 +581,6 @@ class UpstreamToolError(RuntimeError):
 
     def __init__(self, tool: str, text: str) -> None:
         super().__init__(f"{tool} answered with an error: {text[:2000]}")
-
-
-async def serve_stdio(gateway: Gateway) -> None:
-    """Serve the gateway over this process's stdin and stdout until the client leaves."""
-    from mcp.server.stdio import stdio_server
-    from mcp.shared.message import SessionMessage
-
-    server = gateway.server()
-    async with stdio_server() as (read, write):
-        # The SDK drops a line it cannot decode without a word; JSON-RPC wants an error
-        # answer (id null), so the client knows the gateway is alive and what it sent wrong.
-        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-
-        async def forward() -> None:
-            async with send:
-                async for item in read:
-                    if isinstance(item, Exception):
-                        await write.send(SessionMessage(protocol_error(item)))
-                    else:
-                        await send.send(item)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(forward)
-            await server.run(receive, write, server.create_initialization_options())
-            tg.cancel_scope.cancel()
 
 
 def _version() -> str:

@@ -32,34 +32,60 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 class Authenticated:
     """ASGI middleware: a request to the MCP endpoint without a valid principal
-    credential gets 401 and never reaches the server."""
+    credential gets 401 and never reaches the server; and a protocol session belongs to the
+    credential that opened it — presented with another (a call, its cancellation, its event
+    stream, its deletion), it is answered as a session that does not exist."""
 
     def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
         self.store = store
+        self.owners: dict[str, str] = {}  # Mcp-Session-Id -> the credential that opened it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-            }
-            try:
-                authenticate(self.store, bearer(headers), "principal")
-            except (CredentialMissing, CredentialRefused) as e:
-                body = json.dumps({"error": "unauthorized", "detail": str(e)}).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            identity = authenticate(self.store, bearer(headers), "principal")
+        except (CredentialMissing, CredentialRefused) as e:
+            await _answer(
+                send,
+                401,
+                {"error": "unauthorized", "detail": str(e)},
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        credential = identity.credential_id or ""
+        session = headers.get("mcp-session-id")
+        if session is not None and self.owners.get(session, credential) != credential:
+            await _answer(send, 404, {"jsonrpc": "2.0", "id": None, "error": _NO_SESSION})
+            return
+
+        async def bind(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start" and session is None:
+                for key, value in message.get("headers", []):
+                    if key.decode("latin-1").lower() == "mcp-session-id":
+                        self.owners.setdefault(value.decode("latin-1"), credential)
+            await send(message)
+
+        await self.app(scope, receive, bind)
+
+
+_NO_SESSION = {"code": -32600, "message": "Session not found"}
+
+
+async def _answer(
+    send: Send, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(extra or [])],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
 async def serve_http(gateway: Gateway, host: str, port: int) -> None:

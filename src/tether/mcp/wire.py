@@ -30,7 +30,30 @@ def text_of(result: mcp_types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-def result_of(outcome: Outcome) -> dict[str, Any]:
+# The key that marks a recorded result as an MCP result as the server gave it.
+ENVELOPE = "io.tether/mcp-result"
+
+
+def envelope(result: mcp_types.CallToolResult) -> dict[str, Any]:
+    """An upstream result as the ledger records it: its content blocks and structured
+    content in their wire form, unchanged."""
+    body: dict[str, Any] = {
+        ENVELOPE: 1,
+        "content": [b.model_dump(by_alias=True, exclude_none=True) for b in result.content],
+    }
+    if result.structured_content is not None:
+        body["structuredContent"] = result.structured_content
+    return body
+
+
+def result_of(outcome: Outcome, sensitive: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A call's outcome as the client gets it. A recorded MCP result passes through as the
+    server gave it (redacted as the ledger holds it), unless the gate had to change what the
+    model sees — cut to the tool's size limit, or marked as untrusted data — when the gate's
+    text is what goes (with the structured content, if it was not cut). A warning the gate
+    adds (instruction-like text) comes first, as its own text block."""
+    from tether.core.screening import INJECTION_FLAG, redact
+
     meta = {
         OUTCOME_META: {
             "operation_key": outcome.operation_key,
@@ -40,12 +63,24 @@ def result_of(outcome: Outcome) -> dict[str, Any]:
             "flags": list(outcome.flags),
         }
     }
-    return {
-        "content": [{"type": "text", "text": outcome.text}],
-        "isError": False,
-        "_meta": meta,
-        "resultType": "complete",
-    }
+    body: dict[str, Any] = {"isError": False, "_meta": meta, "resultType": "complete"}
+    recorded = outcome.result
+    cut = any(f.startswith("result over ") for f in outcome.flags)
+    if isinstance(recorded, Mapping) and recorded.get(ENVELOPE) == 1:
+        safe = redact(dict(recorded), sensitive)[0]
+        marked = outcome.text.startswith("<<untrusted ")
+        if cut or marked:
+            body["content"] = [{"type": "text", "text": outcome.text}]
+        else:
+            body["content"] = list(safe.get("content") or [])
+            if INJECTION_FLAG in outcome.flags:
+                warning = outcome.text.split("\n", 1)[0]
+                body["content"].insert(0, {"type": "text", "text": warning})
+        if "structuredContent" in safe and not cut:
+            body["structuredContent"] = safe["structuredContent"]
+        return body
+    body["content"] = [{"type": "text", "text": outcome.text}]
+    return body
 
 
 def error_result(text: str, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
