@@ -300,3 +300,20 @@ def test_a_denied_call_is_told_why_and_never_runs(
     anyio.run(scenario)
     assert witness(state) == []
     assert "approval_denied" in audit_kinds(store)
+
+
+def test_undeclared_arguments_and_credentials_never_reach_the_server(
+    config: GatewayConfig, store: SQLiteStore
+) -> None:
+    async def scenario() -> None:
+        await pin_tools(config)
+        async with connected(config, store) as (_, client):
+            extra = await client.call_tool("lookup", {"tenant": "acme", "key": "k", "debug": 1})
+            assert extra.is_error and "'debug'" in text(extra) and "pinned" in text(extra)
+            key = "sk-" + "a1B2" * 8
+            leaked = await client.call_tool("lookup", {"tenant": "acme", "key": key})
+            assert leaked.is_error and "credential" in text(leaked)
+            assert key not in text(leaked)
+
+    anyio.run(scenario)
+    assert store.list_effects() == []  # neither call reached the server

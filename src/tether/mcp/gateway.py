@@ -53,6 +53,7 @@ from tether.errors import (
 )
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
+from tether.mcp.arguments import credential_arguments, undeclared_arguments
 from tether.mcp.caller import CALL_META, Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
@@ -418,15 +419,23 @@ class Gateway:
     ) -> dict[str, Any]:
         gate = self._gate()
         run_id = self._ensure_run(caller)
-        undeclared = self._undeclared(name, arguments)
+        offered = self.offered.get(name)
+        manifest = offered.manifest if offered is not None else None
+        undeclared = undeclared_arguments(manifest, arguments)
         if undeclared:
             return error_result(
                 f"tether: '{name}' was pinned without argument(s) {', '.join(undeclared)}; "
                 "the gateway forwards only the arguments the pinned schema declares (re-pin "
                 "the tool if its server added them)"
             )
+        leaked = credential_arguments(manifest, arguments)
+        if leaked:
+            return error_result(
+                f"tether: argument(s) {', '.join(leaked)} of '{name}' hold what looks like a "
+                "credential; the gateway does not forward credentials to an MCP server unless "
+                "the tool declares the argument secret (sensitive_fields in its config)"
+            )
         call_id, same = self._call_id(caller, run_id, request_id, name, arguments, meta)
-        offered = self.offered.get(name)
         if offered is not None and offered.blocked is not None:
             with self.store.read() as tx:
                 recorded = tx.effect_for_call(run_id, call_id) is not None
@@ -466,18 +475,6 @@ class Gateway:
                     self._gate().start_run(caller.principal, budget=self.budget, run_id=run_id)
                 self._runs.add(run_id)
         return run_id
-
-    def _undeclared(self, name: str, arguments: Mapping[str, Any]) -> list[str]:
-        """Arguments the pinned schema does not declare (a server that added one after it
-        was pinned would otherwise receive what no one reviewed)."""
-        offered = self.offered.get(name)
-        if offered is None:
-            return []
-        schema = offered.manifest.parameters
-        declared = schema.get("properties")
-        if not isinstance(declared, Mapping) or schema.get("additionalProperties") is True:
-            return []
-        return sorted(repr(k) for k in arguments if k not in declared)
 
     def _call_id(
         self,
