@@ -92,6 +92,8 @@ def test_a_full_stop_without_a_space_is_not_a_domain() -> None:
     # A public-suffix list decides what a bare name is: "done.Thanks" names no host.
     assert identifiers("All done.Thanks for the help") == []
     assert "example.co.uk" in identifiers("mail me at shop.example.co.uk")
+    # A file name is still where a call reads or writes: checked, not a host.
+    assert identifiers("then delete b.txt and report.final.pdf") == ["b.txt", "report.final.pdf"]
 
 
 def test_a_wildcard_egress_rule_sees_links_without_a_scheme() -> None:

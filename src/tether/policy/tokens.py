@@ -61,6 +61,7 @@ def links(text: str) -> list[str]:
 # word is tested with the cheapest checks first; phone numbers are read off runs of
 # number-like words as they pass, and only a spaced IBAN sends a pattern over the text.
 _PHONE_CHARS = "+-().0123456789"
+_FILE_NAME = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*\.[a-z][a-z0-9]{0,4}")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -111,6 +112,9 @@ def _scan(text: str, *, every_kind: bool, as_given: bool) -> list[str]:
             host = parse_host(word)
             if host is not None:
                 found.extend(host_tokens(host))
+                continue
+            if every_kind and _FILE_NAME.fullmatch(word):
+                found.append(word)  # a file name ("b.txt"): where a call reads or writes
                 continue
         if not word.isascii():
             if looks_like_destination(word):
