@@ -317,3 +317,41 @@ def test_undeclared_arguments_and_credentials_never_reach_the_server(
 
     anyio.run(scenario)
     assert store.list_effects() == []  # neither call reached the server
+
+
+def test_an_unsettled_call_is_not_sent_again_from_another_session_or_after_a_restart(
+    config: GatewayConfig, store: SQLiteStore, state: Path
+) -> None:
+    async def scenario() -> None:
+        await pin_tools(config)
+        assert config.principal is not None
+        first = Caller(config.principal, "session-1")
+        async with connected(config, store) as (gateway, _):
+            approve(store, approval_id(await gateway.call_tool(first, 1, "crash", {"key": "u"})))
+            lost = await gateway.call_tool(first, 2, "crash", {"key": "u"})
+            assert lost.is_error and "unknown" in text(lost)
+            # The client reconnects: a new session sends the same call. No approval is
+            # asked for, nothing is sent: the unsettled one is named.
+            other = Caller(config.principal, "session-2")
+            refused = await gateway.call_tool(other, 1, "crash", {"key": "u"})
+            assert refused.is_error and "may have run" in text(refused), text(refused)
+        # A gateway started later on the same store knows it from the ledger.
+        async with connected(config, store) as (gateway, _):
+            third = Caller(config.principal, "session-3")
+            again = await gateway.call_tool(third, 1, "crash", {"key": "u"})
+            assert again.is_error and "may have run" in text(again)
+            # Once a human settles it, an identical call is a new call again (it asks).
+            [effect] = [e for e in store.list_effects() if e.tool_name == "crash"]
+            resolve_effect(
+                store,
+                effect.operation_key,
+                committed=True,
+                result="ok",
+                actor="alice",
+                now=time.time(),
+            )
+            fresh = await gateway.call_tool(third, 2, "crash", {"key": "u"})
+            assert approval_id(fresh)
+
+    anyio.run(scenario)
+    assert witness(state) == ["crash u"]

@@ -37,7 +37,6 @@ import time
 import uuid
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -48,6 +47,7 @@ from tether.core.budget import Budget
 from tether.core.digest import canonical_json, sha256_hex
 from tether.errors import (
     ConfigurationError,
+    OutcomeUnknown,
     PinError,
     TetherError,
 )
@@ -56,7 +56,9 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.mcp.arguments import credential_arguments, undeclared_arguments
 from tether.mcp.caller import CALL_META, Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
+from tether.mcp.offered import Offered, _Session
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
+from tether.mcp.unsettled import Unsettled, key_of
 from tether.mcp.upstream import Upstream
 from tether.mcp.wire import (
     approval_wait,
@@ -80,39 +82,6 @@ __all__ = ["Caller", "Gateway", "Offered"]
 
 RECONNECT_DELAY_S = 0.5
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-
-
-@dataclass
-class Offered:
-    """A configured, pinned tool as the gateway offers it."""
-
-    config: ToolConfig
-    pinned: PinnedTool
-    manifest: Manifest
-    blocked: str | None = None  # why it is refused now (drift, gone from the server)
-
-    def listing(self) -> dict[str, Any]:
-        """The tool as the client is shown it: as pinned, under the offered name — output
-        schema included, since results pass through as the server gave them."""
-        snap = self.pinned.snapshot
-        tool: dict[str, Any] = {
-            "name": self.config.name,
-            "description": snap.get("description") or "",
-            "inputSchema": dict(self.manifest.parameters),
-        }
-        for key in ("title", "annotations", "outputSchema"):
-            if snap.get(key):
-                tool[key] = snap[key]
-        return tool
-
-
-@dataclass
-class _Session:
-    # (tool, argument digest) -> the call that asked for approval and has not run yet.
-    asked: dict[tuple[str, str], str] = field(default_factory=dict)
-    # A new request that repeats an asked call is that call: its own call id -> the asked
-    # call's (kept for the session, so a retry of the request replays the same call).
-    aliases: dict[str, str] = field(default_factory=dict)
 
 
 class Gateway:
@@ -152,6 +121,7 @@ class Gateway:
         self._runs: set[str] = set()
         self._lock = threading.Lock()
         self._stdio_caller: Caller | None = None
+        self.unsettled = Unsettled()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -212,7 +182,7 @@ class Gateway:
 
     def _pin_current(self) -> Lock:
         """A lock of what the upstreams list now, refusing what looks poisoned."""
-        from tether.mcp.pins import PinnedTool, poisoning_findings
+        from tether.mcp.pins import poisoning_findings
 
         tools = dict(self.lock.tools)
         for tool in self.config.tools():
@@ -275,6 +245,7 @@ class Gateway:
         self.gate = Gate(registry, self.config.policy, self.store)
         for upstream in self.upstreams.values():
             self.check(upstream)
+        self.unsettled.load(self.gate, lambda run_id: run_id.startswith("mcp-"))
 
     def check(self, upstream: Upstream) -> None:
         """Block each of ``upstream``'s offered tools that no longer matches its pin."""
@@ -443,6 +414,20 @@ class Gateway:
                 self._audit_blocked(caller, run_id, name, offered.blocked)
                 return error_result(str(PinError(offered.blocked)))
         session = self._session(run_id)
+        key = key_of(caller.principal, name, same[1])
+        open_elsewhere = (
+            self.unsettled.blocking(gate, key, run_id) if self.unsettled.calls else None
+        )
+        if open_elsewhere is not None:
+            with self.store.read() as tx:
+                known = tx.effect_for_call(run_id, call_id) or tx.find_approval(run_id, call_id)
+            if known is None:
+                return error_result(
+                    f"tether: an identical '{name}' call ({open_elsewhere}, from an earlier "
+                    "session or gateway process) has an unknown outcome: it may have run. It is "
+                    "not sent again until someone settles it (`tether effects resolve "
+                    f"{open_elsewhere} --committed|--absent`, or `tether recover`)"
+                )
         call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
         try:
             got = await answer_async(lambda: gate.acall(run_id, call))
@@ -456,6 +441,8 @@ class Gateway:
                 del session.asked[same]  # it ran: the same arguments again are a new call
             manifest = offered.manifest if offered is not None else None
             return result_of(got.outcome, manifest.sensitive_fields if manifest else frozenset())
+        if isinstance(got.error, OutcomeUnknown):
+            self.unsettled.add(key, run_id, got.error.operation_key)
         return error_result(f"tether: {got.error}")
 
     def _gate(self) -> Gate:
