@@ -278,3 +278,33 @@ tenant_path = "tenant"
     anyio.run(scenario)
     assert witness(state) == []
     store.close()
+
+
+def test_sigterm_lets_a_call_in_flight_finish_and_record_its_outcome(
+    setup: tuple[GatewayConfig, Path, str],
+) -> None:
+    config, state, db = setup
+    proc = serve(config, db)
+    try:
+        exchange(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        exchange(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"name": "slow_save", "arguments": {"key": "t", "seconds": 1.5}}
+        asked = exchange(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        assert asked is not None
+        store = SQLiteStore(db)
+        approve(store, asked["result"]["_meta"]["io.tether/approval"]["approval_id"])
+        assert proc.stdin is not None
+        request = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call}
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        time.sleep(0.5)  # the call is running upstream now
+        proc.terminate()  # SIGTERM: drain, then exit
+        assert proc.wait(timeout=30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+    assert witness(state) == ["slow_save t"]
+    [effect] = [e for e in store.list_effects() if e.tool_name == "slow_save"]
+    assert effect.status.value == "committed"  # recorded, not left dispatched
+    store.close()

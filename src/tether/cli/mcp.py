@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -173,6 +173,34 @@ def serve_command(
                     await serve_http(gateway, h, p)
                 else:
                     note(f"tether mcp: serving {offered} over stdio")
-                    await serve_stdio(gateway)
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(_drain_on_sigterm, gateway, tg.cancel_scope)
+                        await serve_stdio(gateway)
+                        tg.cancel_scope.cancel()
 
     anyio.run(main)
+
+
+DRAIN_S = 30.0  # how long SIGTERM waits for calls in flight before the gateway exits
+
+
+async def _drain_on_sigterm(gateway: Any, scope: Any) -> None:
+    """On SIGTERM, let the calls in flight reach their recorded outcomes (at most
+    ``DRAIN_S``), then stop serving."""
+    import os
+    import signal
+
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            note(f"tether mcp: SIGTERM: finishing {gateway.in_flight} call(s) in flight")
+            with anyio.move_on_after(DRAIN_S):
+                await gateway.drained()
+            # Every judged call has its outcome recorded (each is its own transaction):
+            # end as SIGTERM always did. (Stopping the loop would wait on the thread that
+            # reads stdin, which only the client's closing it ends.)
+            scope.cancel()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return

@@ -122,6 +122,7 @@ class Gateway:
         self._lock = threading.Lock()
         self._stdio_caller: Caller | None = None
         self.unsettled = Unsettled()
+        self.in_flight = 0  # calls being judged or run now
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -376,9 +377,19 @@ class Gateway:
         """``call_tool``'s result in its wire form (what the MCP server returns)."""
         # Judged, dispatched and recorded on this loop; once the gate has recorded the call
         # as dispatched it runs to its recorded outcome, whoever stops waiting for it.
-        with anyio.CancelScope(shield=True):
-            result = await self._govern(caller, request_id, name, arguments, meta or {})
+        self.in_flight += 1
+        try:
+            with anyio.CancelScope(shield=True):
+                result = await self._govern(caller, request_id, name, arguments, meta or {})
+        finally:
+            self.in_flight -= 1
         return result
+
+    async def drained(self) -> None:
+        """Return once no call is in flight (SIGTERM waits on this, bounded, before the
+        gateway exits, so a call it judged runs to its recorded outcome)."""
+        while self.in_flight:
+            await anyio.sleep(0.05)
 
     async def _govern(
         self,

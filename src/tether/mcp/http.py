@@ -95,7 +95,13 @@ async def serve_http(gateway: Gateway, host: str, port: int) -> None:
     gateway.over_http = True
     server = gateway.server()
     app = server.streamable_http_app(host=host)
+    # On SIGTERM uvicorn stops accepting and waits for requests in flight (a judged call
+    # runs to its recorded outcome), at most this long.
     config = uvicorn.Config(
-        Authenticated(app, gateway.store), host=host, port=port, log_level="warning"
+        Authenticated(app, gateway.store),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
     )
     await uvicorn.Server(config).serve()
