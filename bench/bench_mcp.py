@@ -11,7 +11,10 @@ over stdio, a subprocess). Three clients, each the SDK's ``Client``:
 - **in-process gateway**: connected to ``Gateway.server()`` in this process, the gateway
   connected to its own upstream subprocess (what ``GovernedSession`` costs);
 - **``tether mcp serve``**: the gateway as a deployed client meets it, a subprocess over
-  stdio in front of its upstream (one more process and JSON-RPC hop than direct).
+  stdio in front of its upstream (one more process and JSON-RPC hop than direct);
+- **plain proxy**: ``bench/plain_proxy.py``, a pass-through proxy on the same SDK, a
+  subprocess over stdio in front of the same upstream: the hop ``tether mcp serve`` pays for
+  besides the gate (reads only: it has no approvals).
 
 Timed: each ``await client.call_tool(...)``, from the call to its result; every client lists
 the tools once first, as an agent does. A read is
@@ -48,6 +51,7 @@ from mcp import Client, StdioServerParameters
 
 from tether.core.principal import Identity
 from tether.gate.desk import decide_approval
+from tether.identity import add_identity, authenticate
 from tether.mcp.config import load_config
 from tether.mcp.gateway import Gateway
 from tether.mcp.pins import write_lock
@@ -66,7 +70,17 @@ risk = "read"
 [servers.notes.tools.write_note]
 risk = "write"
 """
-APPROVER = Identity(name="alice", kind="approver", tenants=frozenset({"acme"}))
+_APPROVERS: dict[int, Identity] = {}  # per store: alice, with a credential of her own
+
+
+def approver(store: SQLiteStore) -> Identity:
+    """alice as an approver with a credential (decisions need one), registered once."""
+    found = _APPROVERS.get(id(store))
+    if found is None:
+        _, token = add_identity(store, "alice", "approver", now=time.time(), tenants=["acme"])
+        found = _APPROVERS[id(store)] = authenticate(store, token, "approver")
+    return found
+
 Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
@@ -88,7 +102,7 @@ async def approved_write(call: Call, store: SQLiteStore, i: int) -> float:
     args = {"name": f"n{i % 7}", "text": f"text {i}"}
     asked = await call("write_note", args)
     approval = (asked.meta or {})["io.tether/approval"]["approval_id"]
-    decide_approval(store, approval, APPROVER, approve=True, now=time.time())
+    decide_approval(store, approval, approver(store), approve=True, now=time.time())
     return await timed(call, "write_note", args)
 
 
@@ -112,8 +126,12 @@ async def measure(tmp: Path, mode: str, calls: int, writes: int, rounds: int) ->
         command=sys.executable,
         args=["-m", "tether", "mcp", "serve", "--config", str(path), "--db", url],
     )
+    proxy = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(__file__).with_name("plain_proxy.py")), sys.executable, *upstream.args],
+    )
     times: dict[str, dict[str, list[float]]] = {
-        k: {"read": [], "write": []} for k in ("direct", "inprocess", "served")
+        k: {"read": [], "write": []} for k in ("direct", "inprocess", "served", "proxy")
     }
     quiet = open(os.devnull, "w")  # noqa: SIM115
     async with (
@@ -121,8 +139,9 @@ async def measure(tmp: Path, mode: str, calls: int, writes: int, rounds: int) ->
         Gateway(config, store, errlog=quiet) as gateway,
         Client(gateway.server()) as inprocess,
         Client(served) as served_client,
+        Client(proxy) as proxy_client,
     ):
-        for client in (direct, inprocess, served_client):
+        for client in (direct, inprocess, served_client, proxy_client):
             # As an agent does: list first (the SDK's client lists again on every call of a
             # tool it has not seen listed, to check results against its output schema).
             await client.list_tools()
@@ -130,11 +149,12 @@ async def measure(tmp: Path, mode: str, calls: int, writes: int, rounds: int) ->
             "direct": direct.call_tool,
             "inprocess": inprocess.call_tool,
             "served": served_client.call_tool,
+            "proxy": proxy_client.call_tool,
         }
         for name, call in clients.items():  # warm-up, untimed
             for _ in range(10):
                 await call("read_note", {"name": "todo"})
-            if name != "direct":
+            if name not in ("direct", "proxy"):
                 await approved_write(call, store, 0)
         order = list(clients)
         for r in range(rounds):
@@ -143,7 +163,7 @@ async def measure(tmp: Path, mode: str, calls: int, writes: int, rounds: int) ->
                 call = clients[name]
                 for _ in range(calls // rounds):
                     times[name]["read"].append(await timed(call, "read_note", {"name": "todo"}))
-                for i in range(writes // rounds):
+                for i in range(writes // rounds if name != "proxy" else 0):
                     if name == "direct":
                         args = {"name": f"n{i % 7}", "text": f"text {i}"}
                         times[name]["write"].append(await timed(call, "write_note", args))
@@ -158,7 +178,9 @@ async def measure(tmp: Path, mode: str, calls: int, writes: int, rounds: int) ->
             "direct_median_us": round(floor, 1),
             "direct_p99_us": round(percentile(times["direct"][kind], 0.99), 1),
         }
-        for name in ("inprocess", "served"):
+        for name in ("inprocess", "served", "proxy"):
+            if not times[name][kind]:
+                continue
             med = statistics.median(times[name][kind])
             out[kind][name] = {
                 "median_us": round(med, 1),
@@ -264,13 +286,18 @@ def main() -> None:
             d = r[kind]
             floor = f"{d['direct_median_us']} µs (p99 {d['direct_p99_us']})"
             print(f"{kind:<5} {r['synchronous']:<6} direct {floor}")
-            for name in ("inprocess", "served"):
+            for name in ("inprocess", "served", "proxy"):
+                if name not in d:
+                    continue
                 g = d[name]
                 ok = "met" if g["target_met"] else "missed"
                 print(
                     f"      {name:<9} {g['median_us']} µs (p99 {g['p99_us']}), "
                     f"+{g['added_us']} µs, {g['ratio']}x: ≤ 1 ms {ok}"
                 )
+            if "proxy" in d:
+                beyond = round(d["served"]["median_us"] - d["proxy"]["median_us"], 1)
+                print(f"      tether mcp serve beyond a plain proxy hop: +{beyond} µs")
         floors = ", ".join(f"{k} {v} µs" for k, v in r["gate_floor_us"].items())
         print(f"gate.call alone, {r['synchronous']}: {floors}")
 
