@@ -81,6 +81,7 @@ def approver(store: SQLiteStore) -> Identity:
         found = _APPROVERS[id(store)] = authenticate(store, token, "approver")
     return found
 
+
 Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
