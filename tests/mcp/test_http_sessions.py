@@ -102,3 +102,33 @@ def test_a_session_id_with_another_credential_is_a_session_that_does_not_exist(
         # The owner's session is untouched.
         own = answer(post(client, url, call(3, "profile", {}), {**mine, **session}))
         assert own["result"]["isError"] is False, own
+
+
+def test_the_sdk_client_in_its_default_stateless_mode_gets_its_approved_call_once(
+    http_gateway: tuple[str, str, Path, str],
+) -> None:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    url, token, state, db = http_gateway
+    save = {"key": "sdk", "seconds": 0.0}
+
+    async def one_client_process() -> Any:
+        # Each Client is a new client process: it discovers the server (the 2026-07-28
+        # protocol: no handshake, no session) and numbers its requests from the start.
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30)
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            return await client.call_tool("slow_save", save)
+
+    asked = anyio.run(one_client_process)
+    approval = (asked.meta or {})["io.tether/approval"]["approval_id"]
+    store = SQLiteStore(db)
+    approve(store, approval)
+    ran = anyio.run(one_client_process)
+    assert not ran.is_error and ran.content[0].text == "saved sdk slowly"
+    again = anyio.run(one_client_process)  # the same call from yet another process
+    assert (again.meta or {})["io.tether/outcome"]["replayed"] is True
+    assert witness(state) == ["slow_save sdk"]
+    store.close()
