@@ -56,7 +56,7 @@ from tether.gate.pipeline import Gate, ToolCall
 from tether.mcp.arguments import credential_arguments, undeclared_arguments
 from tether.mcp.caller import CALL_META, Caller, caller_from_headers
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
-from tether.mcp.offered import Offered, _Session
+from tether.mcp.offered import AskedCalls, Offered
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.unsettled import Unsettled, key_of
 from tether.mcp.upstream import Upstream
@@ -117,7 +117,7 @@ class Gateway:
         self.unpinned: list[str] = []
         self.gate: Gate | None = None
         self._stack: AsyncExitStack | None = None
-        self._sessions: dict[str, _Session] = {}  # by run id
+        self._sessions: dict[str, AskedCalls] = {}  # by run id
         self._runs: set[str] = set()
         self._lock = threading.Lock()
         self._stdio_caller: Caller | None = None
@@ -525,12 +525,12 @@ class Gateway:
                 arguments = fill_tenant(arguments, parts, caller.principal.tenant)
         return "sha256:" + sha256_hex(canonical_json(arguments))
 
-    def _session(self, run_id: str) -> _Session:
+    def _session(self, run_id: str) -> AskedCalls:
         """The session's calls waiting on approvals: read from the store the first time
         this process sees the session (it may have asked before a restart), kept after."""
         session = self._sessions.get(run_id)
         if session is None:
-            session = _Session()
+            session = AskedCalls()
             latest: dict[tuple[str, str], Any] = {}
             for a in self.store.list_approvals(run_id=run_id):
                 key = (a.tool, a.argument_digest)

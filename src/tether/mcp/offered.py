@@ -35,7 +35,7 @@ class Offered:
 
 
 @dataclass
-class _Session:
+class AskedCalls:
     # (tool, argument digest) -> the call that asked for approval and has not run yet.
     asked: dict[tuple[str, str], str] = field(default_factory=dict)
     # A new request that repeats an asked call is that call: its own call id -> the asked

@@ -286,8 +286,6 @@ class FlowPolicy:
             if name in audience:
                 continue
             for word, readers, origin in index.carried(value):
-                if "*" in readers:
-                    continue
                 # An egress call sends everything it carries to the host it names.
                 outsiders = ["anyone"] if egress else sorted(who - readers)
                 if not outsiders:

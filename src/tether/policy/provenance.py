@@ -37,10 +37,7 @@ from typing import Any
 
 from tether.core.screening import redact
 from tether.policy.destinations import (
-    STRIP,
     destination,
-    fold,
-    looks_like_destination,
 )
 from tether.policy.tokens import (
     id_like,
@@ -92,16 +89,6 @@ def domain_of(value: str) -> str | None:
     """The host a link, an address or a bare host name sends to (lowercased, without
     ``www.``), or None: the one reading egress and the checks share."""
     return destination(value)
-
-
-def unplaced(text: str) -> str | None:
-    """A word of ``text`` that looks like a destination but that no parser can read, or
-    None. ``identifiers`` keeps such a word as a token of its own (unknown unless seen)."""
-    for raw in fold(text).lower().split():
-        word = raw.strip(STRIP)
-        if looks_like_destination(word) and not identifiers(word):
-            return word
-    return None
 
 
 class ProvenanceIndex:
