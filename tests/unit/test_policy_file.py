@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import Policy
+from tether import Gate, Manifest, MemoryStore, Policy, Registry, Risk
 from tether.errors import ConfigurationError
 
 HEAD = 'version = "p-1"\napprovers = ["reviewer-5"]\n'
@@ -54,3 +54,44 @@ def test_a_file_name_given_as_a_string_is_read_as_the_file(tmp_path: Path) -> No
     assert Policy.from_toml(str(path)).version == "p-1"
     with pytest.raises(ConfigurationError, match=r"cannot read policy file .*missing\.toml"):
         Policy.from_toml(str(tmp_path / "missing.toml"))
+
+
+def registry_with_refund() -> Registry:
+    registry = Registry()
+    registry.add(
+        Manifest(
+            name="refund",
+            risk=Risk.WRITE,
+            parameters={
+                "type": "object",
+                "properties": {"amount": {"type": "number"}, "order_id": {"type": "string"}},
+                "required": ["amount"],
+                "additionalProperties": False,
+            },
+        ),
+        lambda amount, order_id="", operation_key="": {"refunded": amount},
+    )
+    return registry
+
+
+def test_a_tool_table_the_registry_does_not_have_is_refused_at_the_gate() -> None:
+    policy = Policy.from_toml(HEAD + '[tools.refnud]\ndecision = "deny"\n')
+    with pytest.raises(ConfigurationError, match=r"\[tools\.refnud\].*did you mean 'refund'"):
+        Gate(registry_with_refund(), policy, MemoryStore())
+
+
+def test_a_constraint_on_an_argument_the_tool_does_not_take_is_refused_at_the_gate() -> None:
+    policy = Policy.from_toml(tool_with('op = "<=", value = 100').replace("amount", "amonut"))
+    with pytest.raises(ConfigurationError, match=r"constraints\.0 .*'amonut'.*'amount'"):
+        Gate(registry_with_refund(), policy, MemoryStore())
+
+
+def test_a_flow_list_naming_a_missing_tool_is_refused_at_the_gate() -> None:
+    policy = Policy.from_toml(HEAD + '[flow]\ntrusted_tools = ["refunds"]\n')
+    with pytest.raises(ConfigurationError, match=r"trusted_tools 'refunds'"):
+        Gate(registry_with_refund(), policy, MemoryStore())
+
+
+def test_a_policy_naming_only_real_tools_and_arguments_builds_a_gate() -> None:
+    policy = Policy.from_toml(tool_with('op = "<=", value = 100'))
+    assert Gate(registry_with_refund(), policy, MemoryStore()).policy_version == "p-1"

@@ -93,6 +93,12 @@ class Gate:
         clock: Clock = time.time,
     ) -> None:
         if policy is not None:
+            unknown = policy.unknown_names(registry.manifests())
+            if unknown:
+                raise ConfigurationError(
+                    f"policy {policy.version}: " + "; ".join(unknown) + ". Fix the name, "
+                    "or register the tool before building the gate"
+                )
             unanswerable = policy.asks_without_approvers(registry.manifests())
             if unanswerable:
                 raise ConfigurationError(

@@ -79,6 +79,52 @@ class Policy:
             f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
         )
 
+    def unknown_names(self, tools: Iterable[Manifest]) -> list[str]:
+        """What this policy names that the registry does not have: tool tables, flow rules
+        and tool lists for tools it lacks, constraints on arguments a tool's schema does not
+        declare. Each is a rule that would silently never apply (a typo'd ``[tools.refnud]``
+        loses the deny it meant), so ``Gate`` refuses them, naming the closest real name."""
+        import difflib
+
+        manifests = {m.name: m for m in tools}
+
+        def hint(name: str, known: Iterable[str]) -> str:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            return f" (did you mean {close[0]!r}?)" if close else ""
+
+        named: list[tuple[str, str]] = [(f"[tools.{n}]", n) for n in self.tools]
+        if self.flow is not None:
+            flow = self.flow
+            named += [(f"[flow.tools.{n}]", n) for n in flow.tools]
+            for key, names in (
+                ("trusted_tools", flow.trusted_tools),
+                ("untrusted_tools", flow.untrusted_tools),
+                ("private_tools", flow.private_tools),
+                ("readers_from", flow.readers_from),
+            ):
+                named += [(f"[flow] {key} {n!r}", n) for n in sorted(names)]
+        found = [
+            f"{where} names tool {name!r}, which the registry does not have" + hint(name, manifests)
+            for where, name in named
+            if name not in manifests
+        ]
+        for name, rule in sorted(self.tools.items()):
+            manifest = manifests.get(name)
+            if manifest is None:
+                continue
+            declared = manifest.parameters.get("properties")
+            if not isinstance(declared, Mapping) or manifest.parameters.get(
+                "additionalProperties", False
+            ) not in (False, None):
+                continue  # a schema open to any argument: nothing to check a name against
+            for i, c in enumerate(rule.constraints):
+                if c.argument not in declared:
+                    found.append(
+                        f"[tools.{name}] constraints.{i} is on argument {c.argument!r}, which "
+                        f"tool {name} does not take" + hint(c.argument, declared)
+                    )
+        return found
+
     def _may_ask(self, manifest: Manifest) -> bool:
         rule = self.tools.get(manifest.name)
         verdict = rule.verdict if rule is not None and rule.verdict is not None else None
