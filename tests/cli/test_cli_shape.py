@@ -406,3 +406,31 @@ def test_approvals_show_says_where_each_value_came_from(cli: Cli) -> None:
         ("to", False, "c1"),
         ("body", True, None),
     ]
+
+
+def test_follow_on_a_run_nothing_drives_says_so_and_returns(cli: Cli) -> None:
+    from tether import SQLiteStore
+    from tether.demo import support
+
+    app = support()
+    with SQLiteStore(f"sqlite:///{cli.tmp}/t.db") as store:
+        # A run left `running` by a driver that is gone (no lease): nothing will move it.
+        run_id = app.gate(store).start_run(app.principal)
+    watcher = follow(cli, run_id)
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert f"run {run_id} is running but nothing drives it" in out
+    assert f"tether runs resume {run_id}" in out
+
+
+def test_a_worker_says_it_started_and_each_run_it_claims_and_stops(cli: Cli) -> None:
+    queued = cli.ok("run", "--app", APP, "--enqueue", "--json", "close ticket T-5")
+    worked = cli("worker", "--app", APP, "--exit-when-idle", "0.3", "--json")
+    stats = one_json(worked)  # stdout: the summary only, one JSON line
+    assert stats["claimed"] == 1
+    lines = worked.stderr.splitlines()
+    assert lines[0].startswith("worker ") and f"driving runs of {APP}" in lines[0]
+    assert any(line.endswith(f"claimed run {queued['run_id']}") for line in lines)
+    assert any(line.endswith(f"run {queued['run_id']} awaiting_approval") for line in lines)
+    quiet = cli("worker", "--app", APP, "--exit-when-idle", "0.3", "--json", "--quiet")
+    assert one_json(quiet)["claimed"] == 0 and quiet.stderr == ""

@@ -241,6 +241,9 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
     default=None,
     help="Exit after this many seconds with nothing to do (default: run until SIGTERM).",
 )
+@click.option(
+    "--quiet", is_flag=True, help="No start-up line and no line per run (the summary only)."
+)
 def worker_command(
     db: str,
     as_json: bool,
@@ -249,17 +252,36 @@ def worker_command(
     lease_s: float,
     poll_s: float,
     idle_s: float | None,
+    quiet: bool,
 ) -> None:
-    """Claim and drive runnable runs until SIGTERM; shares the work with other workers."""
+    """Claim and drive runnable runs until SIGTERM; shares the work with other workers.
+
+    It says when it starts and, per run, when it claims and when the run stops, on stderr
+    (stdout keeps the summary, one JSON line with --json)."""
     from tether.runs.app import load_app
     from tether.runs.worker import Worker
+
+    def progress(line: str) -> None:
+        click.echo(line, err=True)
 
     app = load_app(app_ref)
     with open_store(db, create=True) as store:
         worker = Worker(
-            app, store, app_ref=app_ref, concurrency=concurrency, lease_s=lease_s, poll_s=poll_s
+            app,
+            store,
+            app_ref=app_ref,
+            concurrency=concurrency,
+            lease_s=lease_s,
+            poll_s=poll_s,
+            on_progress=None if quiet else progress,
         )
         worker.install_signal_handlers()
+        if not quiet:
+            until = f"idle for {idle_s:g} s" if idle_s is not None else "SIGTERM or Ctrl-C"
+            progress(
+                f"worker {worker.name}: driving runs of {app_ref} from {_where(db)}, "
+                f"{concurrency} at a time, until {until}"
+            )
         stats = worker.run(exit_when_idle_s=idle_s)
     if as_json:
         echo_json(stats.to_dict())
@@ -271,6 +293,17 @@ def worker_command(
     )
     for error in stats.errors:
         click.echo(f"  error: {error}")
+
+
+def _where(db: str) -> str:
+    """The store's address as a log line may show it: a password in it masked."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(db)
+    if parts.password is None:
+        return db
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
 
 
 @click.command("recover")
@@ -435,7 +468,23 @@ def _follow(store: Store, record: RunRecord, *, quiet: bool) -> RunRecord:
         shown = len(steps)
         if current is None or current.status in STOPPED:
             return current or record
+        if current.status == "running" and not _driven(current):
+            # Nothing would ever move it: watching would wait forever.
+            if not quiet:
+                click.echo(
+                    f"run {current.run_id} is running but nothing drives it (no live worker "
+                    f"holds it); continue it with `tether runs resume {current.run_id}` or "
+                    "`tether worker`"
+                )
+            return current
         time.sleep(FOLLOW_POLL_S)
+
+
+def _driven(record: RunRecord) -> bool:
+    """Whether a live driver holds the run's lease (a runner or a worker on it now)."""
+    from tether.runs.leases import lease_held
+
+    return lease_held(record, "", time.time())
 
 
 @runs.command("resume")

@@ -58,8 +58,11 @@ class Worker:
         lease_s: float = 30.0,
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.time,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.app, self.store = app, store
+        # Told one line per run claimed and per run stopped (``tether worker`` prints them).
+        self.on_progress = on_progress
         self.metadata = {"app": app_ref} if app_ref else {}
         self.concurrency = concurrency
         self.lease_s, self.poll_s, self.clock = lease_s, poll_s, clock
@@ -142,6 +145,7 @@ class Worker:
     def _drive(self, worker: str, run_id: str) -> None:
         with self._lock:
             self.stats.claimed += 1
+        self._progress(f"{worker}: claimed run {run_id}")
         runner = self.app.runner(
             self.store, worker=worker, lease_s=self.lease_s, metadata=self.metadata
         )
@@ -150,12 +154,19 @@ class Worker:
         except (RunConflict, RunStateError):
             with self._lock:
                 self.stats.conflicts += 1
+            self._progress(f"{worker}: run {run_id} was taken or finished elsewhere")
             return
         except Exception as e:  # a run's failure must not take the worker down
             self._note_error(f"{run_id}: {e!r}")
+            self._progress(f"{worker}: run {run_id} raised {e!r}")
             return
         with self._lock:
             self.stats.finished[result.status] = self.stats.finished.get(result.status, 0) + 1
+        self._progress(f"{worker}: run {run_id} {result.status}")
+
+    def _progress(self, line: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(line)
 
     def _note_error(self, text: str) -> None:
         with self._lock:
