@@ -3,7 +3,7 @@ the graph pauses for the write, an approver's credential approves it, the graph 
 resumes again from the same pause (as a second process would): the write ran exactly once.
 
 Run it with `python examples/langgraph_governed_tools.py`; everything lives in a temporary
-directory. Needs `pip install 'tether[langgraph]'`.
+directory. Needs `pip install -e '.[langgraph]'`.
 """
 
 import itertools

@@ -1,7 +1,7 @@
 """An OpenAI Agents SDK agent under tether: a write pauses as the SDK's own interruption, an
 approver's credential decides in tether, and the serialized state resumed twice runs it once.
 
-Run it with `python examples/openai_agents_approval.py` (needs `tether[openai-agents]`); the
+Run it with `python examples/openai_agents_approval.py` (needs the `[openai-agents]` extra); the
 SDK's scripted model stands in for a real one, so nothing leaves the machine.
 """
 

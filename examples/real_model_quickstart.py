@@ -1,6 +1,6 @@
 """The same gated agent driven by a real model: OpenAI Chat Completions and Anthropic Messages.
 
-Needs `pip install 'tether[openai,anthropic]'` and, for each provider you want to try,
+Needs `pip install -e '.[openai,anthropic]'` and, for each provider you want to try,
 its key: OPENAI_API_KEY / ANTHROPIC_API_KEY. OPENAI_BASE_URL / ANTHROPIC_BASE_URL point
 the SDKs at another endpoint (a proxy, a compatible server); OPENAI_MODEL /
 ANTHROPIC_MODEL choose the model. A provider without a key is skipped.

@@ -21,7 +21,7 @@ def available() -> str | None:
     try:
         import psycopg
     except ImportError:
-        return "psycopg is not installed (pip install 'tether[postgres]')"
+        return "psycopg is not installed (pip install -e '.[postgres]')"
     try:
         with psycopg.connect(URL, connect_timeout=3) as conn:
             conn.execute("SELECT 1")

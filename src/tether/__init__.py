@@ -103,7 +103,7 @@ def __getattr__(name: str) -> _typing.Any:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            found = version("tether")
+            found = version("tether-gate")
         except PackageNotFoundError:  # imported from a source tree that was never installed
             found = "0+unknown"
         globals()["__version__"] = found

@@ -77,8 +77,7 @@ class MissingExtra(ConfigurationError, ImportError):
         ConfigurationError.__init__(
             self,
             f"{what} needs tether's [{extra}] extra, which is not installed (no module named "
-            f"{module!r}): pip install 'tether[{extra}]', or from a checkout "
-            f"pip install -e '.[{extra}]'",
+            f"{module!r}): in tether's checkout, pip install -e '.[{extra}]'",
         )
         self.extra, self.module = extra, module
 

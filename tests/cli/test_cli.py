@@ -76,7 +76,7 @@ def test_the_version_comes_from_the_package_metadata() -> None:
 
     import tether
 
-    assert tether.__version__ == version("tether") != ""
+    assert tether.__version__ == version("tether-gate") != ""
 
 
 def test_audit_verify_passes_untouched(demo_db: tuple[Path, dict[str, object]]) -> None:

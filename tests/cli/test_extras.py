@@ -56,7 +56,7 @@ else:
 """
     out = without(blocked, code, tmp_path)
     assert out.returncode == 0, out.stderr
-    assert f"[{extra}] extra" in out.stdout and f"pip install 'tether[{extra}]'" in out.stdout
+    assert f"[{extra}] extra" in out.stdout and f"pip install -e '.[{extra}]'" in out.stdout
 
 
 @pytest.mark.parametrize(
@@ -76,4 +76,4 @@ def test_a_command_without_its_extra_says_which_in_one_line(
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"pip install 'tether[{extra}]'" in lines[0], out.stderr
+    assert len(lines) == 1 and f"pip install -e '.[{extra}]'" in lines[0], out.stderr

@@ -43,7 +43,7 @@ What it does, and why:
   ``RunState.add_input``. The input of an agent used as a tool is the model's, not the
   user's, and is not recorded.
 
-The SDK is imported only here; ``pip install 'tether[openai-agents]'`` brings it.
+The SDK is imported only here; ``pip install -e '.[openai-agents]'`` brings it.
 
 The module is long because the SDK's run, its interruptions and its resume each map onto the
 gate in their own way, and the three have to be read together to see that no decision is taken

@@ -1,4 +1,4 @@
-"""Pydantic AI under tether's gate (``pip install 'tether[pydantic-ai]'``).
+"""Pydantic AI under tether's gate (``pip install -e '.[pydantic-ai]'``).
 
     governed = Tether(gate, principal, run_id=session_id)  # the run your server names
     agent = Agent(model, capabilities=[governed], output_type=[str, DeferredToolRequests])
@@ -74,7 +74,7 @@ try:
     from pydantic_ai.toolsets.abstract import ToolsetTool
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "tether.adapters.pydantic_ai needs Pydantic AI: pip install 'tether[pydantic-ai]'"
+        "tether.adapters.pydantic_ai needs Pydantic AI: pip install -e '.[pydantic-ai]'"
     ) from e
 
 from tether.adapters.inputs import UserInputs

@@ -75,7 +75,7 @@ class Root(click.Group):
 
 
 @click.group(cls=Root)
-@click.version_option(package_name="tether")
+@click.version_option(package_name="tether-gate")
 def main() -> None:
     """tether: one governed, durable gate between an AI agent and its tools."""
 

@@ -1,4 +1,4 @@
-"""``tether mcp``: the MCP gateway (``pip install 'tether[mcp]'``).
+"""``tether mcp``: the MCP gateway (``pip install -e '.[mcp]'``).
 
     tether mcp pin --config gateway.toml       record each configured tool's digest
     tether mcp inspect --config gateway.toml   review every upstream tool before exposing it
@@ -42,7 +42,7 @@ def _load(config_path: str) -> GatewayConfig:
         from tether.mcp.config import load_config
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise click.ClickException(
-            f"tether mcp needs the MCP SDK: pip install 'tether[mcp]' ({e})"
+            f"tether mcp needs the MCP SDK: pip install -e '.[mcp]' ({e})"
         ) from e
     return load_config(config_path)
 

@@ -129,7 +129,7 @@ def serve(
         from tether.web.auth import ProxyAuth
     except ImportError as e:
         raise click.ClickException(
-            f"tether serve needs the web extra ({e.name} is missing): pip install 'tether[web]'"
+            f"tether serve needs the web extra ({e.name} is missing): pip install -e '.[web]'"
         ) from None
     from tether.gate.notify import Sender, check_base_url
     from tether.web.hosts import allowed_hosts as default_hosts

@@ -6,7 +6,7 @@ memory enforced by the worker. We chose it over RestrictedPython (same process, 
 memory limits) and simpleeval (expressions only, no memory limit) because a sandbox that can
 be made to loop forever or eat the host's memory is not a sandbox.
 
-Monty is an optional extra (``pip install 'tether[sandbox]'``), imported on the first
+Monty is an optional extra (``pip install -e '.[sandbox]'``), imported on the first
 evaluation: a gate that never runs untrusted code neither installs nor loads it.
 """
 
@@ -30,7 +30,7 @@ def _monty() -> Any:
         # An ImportError, as every optional integration's (tether.models.openai...) is.
         raise ImportError(
             "tether.compat.sandbox needs the pydantic-monty package, which is not installed: "
-            "pip install 'tether[sandbox]'"
+            "pip install -e '.[sandbox]'"
         ) from e
     return pydantic_monty
 

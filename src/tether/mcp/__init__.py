@@ -1,4 +1,4 @@
-"""The MCP gateway (``pip install 'tether[mcp]'``): any MCP server's tools behind tether's
+"""The MCP gateway (``pip install -e '.[mcp]'``): any MCP server's tools behind tether's
 gate, with no change to the agent.
 
 - ``config``: ``gateway.toml`` — upstream servers, the tools offered and their manifests,

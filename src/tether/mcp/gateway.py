@@ -582,6 +582,6 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("tether")
+        return version("tether-gate")
     except PackageNotFoundError:  # pragma: no cover - a source checkout not installed
         return "0"

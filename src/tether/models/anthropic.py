@@ -1,4 +1,4 @@
-"""A ``Model`` backed by the Anthropic Messages API (``pip install 'tether[anthropic]'``).
+"""A ``Model`` backed by the Anthropic Messages API (``pip install -e '.[anthropic]'``).
 
 System messages go to the ``system`` parameter, assistant tool calls become ``tool_use``
 blocks and consecutive tool messages become one user message of ``tool_result`` blocks.
@@ -16,7 +16,7 @@ try:
     import anthropic
 except ImportError as e:
     raise ImportError(
-        "tether.models.anthropic needs the anthropic package: pip install 'tether[anthropic]'"
+        "tether.models.anthropic needs the anthropic package: pip install -e '.[anthropic]'"
     ) from e
 
 from tether.errors import ModelError

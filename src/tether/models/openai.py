@@ -1,4 +1,4 @@
-"""A ``Model`` backed by the OpenAI Chat Completions API (``pip install 'tether[openai]'``).
+"""A ``Model`` backed by the OpenAI Chat Completions API (``pip install -e '.[openai]'``).
 
 Tether messages go out in the Chat Completions wire format and the first choice comes back
 as a tether ``Message``. Arguments that are not a JSON object become a ``ModelToolCall``
@@ -16,7 +16,7 @@ try:
     import openai
 except ImportError as e:
     raise ImportError(
-        "tether.models.openai needs the openai package: pip install 'tether[openai]'"
+        "tether.models.openai needs the openai package: pip install -e '.[openai]'"
     ) from e
 
 from tether.errors import ModelError

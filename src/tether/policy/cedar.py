@@ -47,7 +47,7 @@ class CedarRules:
         except ImportError:
             raise ConfigurationError(
                 "the policy's flow rules are written in Cedar, which needs cedarpy: "
-                "pip install 'tether[cedar]'"
+                "pip install -e '.[cedar]'"
             ) from None
         try:
             parsed = json.loads(cedarpy.policies_to_json_str(text))
