@@ -24,7 +24,8 @@ def test_the_metadata_says_what_this_is() -> None:
 
 
 def test_the_long_description_links_nowhere_relative() -> None:
-    text = metadata(DIST).get_payload()
+    # The long description is the metadata's body (Description-Content-Type: markdown).
+    text = metadata(DIST).json["description"]
     assert isinstance(text, str) and "## The two commands" in text
     targets = re.findall(r"\]\(([^)\s]+)", text) + re.findall(r'src="([^"]+)"', text)
     relative = [t for t in targets if not re.match(r"(https?:|mailto:|#)", t)]
