@@ -75,7 +75,19 @@ def quick(args: list[str]) -> None:
         "tests/runs",
         "tests/dataflow",
     ]
-    sh(BIN / "python", "-m", "pytest", "-q", "-m", "not slow and not postgres", *dirs, *args)
+    # Spread over the machine's cores (pytest-xdist): these suites share no server or port.
+    sh(
+        BIN / "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "auto",
+        "-m",
+        "not slow and not postgres",
+        *dirs,
+        *args,
+    )
 
 
 def bench(args: list[str]) -> None:

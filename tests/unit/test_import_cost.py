@@ -64,5 +64,5 @@ def test_sandbox_without_its_extra_names_the_install_command(
     from tether.compat import sandbox
 
     monkeypatch.setitem(sys.modules, "pydantic_monty", None)  # import now raises ImportError
-    with pytest.raises(ImportError, match=r"pip install 'tether\[sandbox\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[sandbox\]'"):
         sandbox.sandboxed_eval("1 + 1")

@@ -610,7 +610,7 @@ def test_missing_sdk_names_the_install_command(
 ) -> None:
     monkeypatch.setitem(sys.modules, package, None)
     monkeypatch.delitem(sys.modules, module)
-    with pytest.raises(ImportError, match=rf"pip install 'tether\[{extra}\]'"):
+    with pytest.raises(ImportError, match=rf"pip install -e '\.\[{extra}\]'"):
         importlib.import_module(module)
 
 
