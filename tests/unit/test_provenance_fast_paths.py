@@ -47,7 +47,7 @@ from tether.policy.tokens import (
     private_words,
     scalar_token,
 )
-from tether.policy.values import normal_value
+from tether.policy.values import SHORT_VALUE, normal_value, texts_of
 
 
 # -- the readings as they were ---------------------------------------------------------------
@@ -316,6 +316,13 @@ def test_scalar_tokens_and_normal_values_are_the_plain_readings(key: str, value:
         assert got == expected
     if value is not None:
         assert normal_value(value) == reference_normal_value(value)
+    if expected is OverflowError or expected is ValueError:
+        return
+    text = reference_normal_value(value) if type(value) is not str else value
+    short = type(value) is not str or len(value) <= SHORT_VALUE
+    whole = [expected] if expected and short else []
+    for _ in range(2):  # a number's reading is remembered too
+        assert texts_of([(key, value)]) == ([text], whole)
 
 
 # -- an output learned again ------------------------------------------------------------------

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from tether.policy.destinations import STRIP, fold, parse_address
-from tether.policy.tokens import scalar_token
+from tether.policy.tokens import id_like, scalar_token
 
 SHORT_VALUE = 64  # string leaves up to this length are also indexed whole
 
@@ -118,12 +118,25 @@ def texts_of(leaves: list[tuple[str, Any]]) -> tuple[list[str], list[str]]:
                 token = scalar_token(key, leaf)
                 if token:
                     whole.append(token)
+        elif type(leaf) is int or type(leaf) is float:
+            text, number = _number(leaf, id_like(key))
+            texts.append(text)
+            whole.append(number)
         else:
             texts.append(normal_value(leaf))
             token = scalar_token(key, leaf)
             if token is not None:
                 whole.append(token)
     return texts, whole
+
+
+@lru_cache(maxsize=8192, typed=True)
+def _number(value: float, is_id: bool) -> tuple[str, str]:
+    """A number leaf's text and token, remembered: records repeat their ids and amounts. A
+    number's token depends on its key only through ``id_like``, which ``is_id`` carries."""
+    token = scalar_token("id" if is_id else "", value)
+    assert token is not None  # a number is never None or a boolean
+    return normal_value(value), token
 
 
 @lru_cache(maxsize=8192)
