@@ -422,3 +422,4 @@ def test_an_output_learned_again_is_not_read_again() -> None:
     index.add_trusted("now the invoice again", user=True)  # the user spoke: read it afresh
     index.add_output(Origin("c3", "read_email"), value, recorded=canonical_json(value), **learn)
     assert len(index.learned) == 1 and next(iter(index.learned.values()))[0] == index.epoch
+    assert index.learned_chars == len(canonical_json(value))  # counted once: memory is bounded

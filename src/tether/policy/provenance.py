@@ -246,9 +246,8 @@ class ProvenanceIndex:
     ) -> None:
         """A tool's (redacted) result. ``trusted_fields``: paths whose values are trusted;
         ``private``/``readers_from``: the output is private data, readable by the people
-        its records name at those paths (the user alone if none). ``recorded``: the value's
-        canonical JSON, as the store keeps it, if the caller has it: an output the index
-        has already learned is then not read again (see ``_again``)."""
+        its records name at those paths (the user alone if none). ``recorded``: its JSON
+        as stored, if the caller has it: an output learned before is not read again."""
         key: tuple[Any, ...] | None = None
         if recorded is not None and len(recorded) <= REMEMBERED_OUTPUT:
             key = (recorded, trusted, trusted_fields, flagged, private, readers_from)
@@ -256,19 +255,20 @@ class ProvenanceIndex:
                 return
         self.widest = 0
         self._learn(origin, value, trusted, trusted_fields, flagged, private, readers_from)
-        if key is not None and self.learned_chars + len(recorded or "") <= REMEMBERED_CHARS:
+        if key is None:
+            return
+        known = key in self.learned  # learned again after the user spoke: already counted
+        if known or self.learned_chars + len(key[0]) <= REMEMBERED_CHARS:
             self.learned[key] = (self.epoch, self.widest)
-            self.learned_chars += len(recorded or "")
+            self.learned_chars += 0 if known else len(key[0])
 
     def _again(self, key: tuple[Any, ...]) -> bool:
         """Whether the output ``key`` names was learned since the user last spoke; if so,
-        learning it again is done here. It would change nothing but, perhaps, ``full``:
-        every step of learning an output reads only the output, the user's words (the same
-        while the epoch is) and what it writes itself — it adds tokens to sets, keeps the
-        first origin of each untrusted or private token, unions readers the earlier pass
-        already added, and sets ``flagged`` and ``first_untrusted`` only if unset. The one
-        thing that can differ is room: the index has grown since, and the same pass would
-        ask ``_room`` for the same counts again — of which only the largest decides."""
+        learning it again is done here. Learning an output reads only the output, the user's
+        words (the same while the epoch is) and what it writes: it adds to sets, keeps each
+        token's first origin, unions readers the first pass added, sets ``flagged`` and
+        ``first_untrusted`` only if unset. So a second pass changes nothing but, perhaps,
+        ``full``: it asks ``_room`` for the same counts, of which the largest decides."""
         seen = self.learned.get(key)
         if seen is None or seen[0] != self.epoch:
             return False
