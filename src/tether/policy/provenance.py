@@ -69,7 +69,7 @@ MAX_TOKENS = 20_000  # per run; a token is a short string, so a full index is a 
 # each up to this many characters, all of a run's up to the second figure (a repeated
 # output is usually a short record read twice; memory stays bounded per run).
 REMEMBERED_OUTPUT = 8_192
-REMEMBERED_CHARS = 131_072
+REMEMBERED_CHARS = 65_536  # per run: at most 16 MB over the 256 runs a gate keeps indexed
 SHOWN = 80  # how much of a value a reason or an approval quotes
 
 
