@@ -423,3 +423,17 @@ def test_an_output_learned_again_is_not_read_again() -> None:
     index.add_output(Origin("c3", "read_email"), value, recorded=canonical_json(value), **learn)
     assert len(index.learned) == 1 and next(iter(index.learned.values()))[0] == index.epoch
     assert index.learned_chars == len(canonical_json(value))  # counted once: memory is bounded
+
+
+def test_fields_and_readers_given_as_lists_are_remembered_too() -> None:
+    value, _ = OUTPUTS[3]
+    index = ProvenanceIndex()
+    for n in range(2):
+        index.add_output(
+            Origin(f"c{n}", "read_email"),
+            value,
+            trusted_fields=["id"],  # type: ignore[arg-type]
+            readers_from=["sender", "to"],  # type: ignore[arg-type]
+            recorded=canonical_json(value),
+        )
+    assert len(index.learned) == 1 and "739201" in index.private

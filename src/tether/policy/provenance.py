@@ -65,9 +65,8 @@ from tether.policy.values import (
 )
 
 MAX_TOKENS = 20_000  # per run; a token is a short string, so a full index is a few MB
-# Outputs the index remembers having learned, to skip reading one again (``add_output``):
-# each up to this many characters, all of a run's up to the second figure (a repeated
-# output is usually a short record read twice; memory stays bounded per run).
+# Outputs remembered as learned, so one read again is not learned again (``add_output``):
+# each up to the first figure in characters, a run's together up to the second.
 REMEMBERED_OUTPUT = 8_192
 REMEMBERED_CHARS = 65_536  # per run: at most 16 MB over the 256 runs a gate keeps indexed
 SHOWN = 80  # how much of a value a reason or an approval quotes
@@ -250,7 +249,8 @@ class ProvenanceIndex:
         as stored, if the caller has it: an output learned before is not read again."""
         key: tuple[Any, ...] | None = None
         if recorded is not None and len(recorded) <= REMEMBERED_OUTPUT:
-            key = (recorded, trusted, trusted_fields, flagged, private, readers_from)
+            fields, readers = frozenset(trusted_fields), tuple(readers_from)  # hashable
+            key = (recorded, trusted, fields, flagged, private, readers)
             if self._again(key):
                 return
         self.widest = 0
