@@ -15,8 +15,10 @@ policy in Cedar.
 The cost: the same mix of allowed read calls (output indexed, identifiers and an egress URL
 checked) made through a gate with each policy, each call through both one right after the
 other; the added cost is the median of those paired differences, beside each policy's
-median (the tier-only one is the floor), all from this run. ``--json`` prints, last, one
-JSON line whose top-level figures are the provenance policy's.
+median (the tier-only one is the floor), all from this run; then the same with every result
+new to the run (a run of the mix otherwise reads each of its five results six times, which
+the index does not learn twice). ``--json`` prints, last, one JSON line whose top-level
+figures are the provenance policy's.
 """
 
 from __future__ import annotations
