@@ -15,13 +15,16 @@ policy in Cedar.
 The cost: the same mix of allowed read calls (output indexed, identifiers and an egress URL
 checked) made through a gate with each policy, each call through both one right after the
 other; the added cost is the median of those paired differences, beside each policy's
-median (the tier-only one is the floor), all from this run. ``--json`` prints, last, one
-JSON line whose top-level figures are the provenance policy's.
+median (the tier-only one is the floor), all from this run; then the same with every result
+new to the run (a run of the mix otherwise reads each of its five results six times, which
+the index does not learn twice). ``--json`` prints, last, one JSON line whose top-level
+figures are the provenance policy's.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import platform
@@ -57,11 +60,14 @@ PER_RUN = 30  # calls per run, so each run's index stays the size of a real task
 REQUEST = "Read https://news.example.org/today and the invoice; then tell Bob"
 
 
-def cost(calls: int, policy_text: str = PROVENANCE) -> dict[str, float]:
+def cost(calls: int, policy_text: str = PROVENANCE, *, distinct: bool = False) -> dict[str, float]:
     """Median microseconds per call for each policy, and of the paired differences: the same
     call made through both gates one right after the other (in alternating order), so both
-    see the same machine within microseconds."""
+    see the same machine within microseconds. ``distinct``: the mail, the transactions and
+    the page change before every pair, so no result repeats one the run has already seen
+    (otherwise a run reads each of the mix's five results six times)."""
     world.ENV.current = world.fresh()
+    originals = copy.deepcopy(world.ENV.current)
     gates = {"floor": make_gate(TIER_ONLY), "flow": make_gate(policy_text)}
     runs = dict.fromkeys(gates, "")
     timings: dict[str, list[float]] = {name: [] for name in gates}
@@ -72,6 +78,8 @@ def cost(calls: int, policy_text: str = PROVENANCE) -> dict[str, float]:
                 runs[name] = gate.start_run(PRINCIPAL)
                 gate.record_input(runs[name], REQUEST)
         tool, args = MIX[i % len(MIX)]
+        if distinct:
+            _change(world.ENV.current, originals, i)
         call = ToolCall(call_id=f"c{i}", tool=tool, arguments=args)
         took: dict[str, float] = {}
         for name in ("floor", "flow") if i % 2 else ("flow", "floor"):
@@ -91,6 +99,17 @@ def cost(calls: int, policy_text: str = PROVENANCE) -> dict[str, float]:
         "ratio": round(flow_us / floor_us, 3),
         "calls_timed_per_policy": len(differences),
     }
+
+
+def _change(env: world.Env, originals: world.Env, i: int) -> None:
+    """New content of the same shape and size for the mix's results: a reference number in
+    each email body, transaction memo and the page."""
+    for email, was in zip(env.emails, originals.emails, strict=True):
+        email["body"] = f"{was['body']} Ref {i}."
+    for row, was in zip(env.transactions, originals.transactions, strict=True):
+        row["memo"] = f"{was['memo']} {i}"
+    for key, page in originals.web.items():
+        env.web[key] = f"{page} Updated {i}."
 
 
 def indexing_4kb() -> float:
@@ -121,6 +140,8 @@ def main() -> None:
     flow = run_suites(PROVENANCE).to_dict()
     bare = run_suites(WITHOUT_SCREENING).to_dict()
     costs = cost(args.calls)
+    changing = cost(args.calls, distinct=True)
+    costs["added_cost_distinct_results_us"] = changing["added_cost_per_call_us"]
     costs["index_4kb_output_us"] = indexing_4kb()
     cedar: dict[str, Any] | None = None
     if importlib.util.find_spec("cedarpy") is not None:  # the cedar extra, not a base need
@@ -146,6 +167,10 @@ def main() -> None:
         f"per call: floor (tier-only) {costs['floor_per_call_us']} us, provenance "
         f"{costs['provenance_per_call_us']} us, added {costs['added_cost_per_call_us']} us "
         f"median ({costs['calls_timed_per_policy']} calls each)"
+    )
+    print(
+        f"per call, no result seen before in the run: added "
+        f"{costs['added_cost_distinct_results_us']} us median"
     )
     print(f"indexing one 4 KB untrusted result: {costs['index_4kb_output_us']} us median")
     if cedar is not None:

@@ -78,5 +78,6 @@ def learn(
         flagged=flagged,
         private=private,
         readers_from=readers,
+        recorded=result_json,  # a result read again in the run is not learned again
     )
     return trusted

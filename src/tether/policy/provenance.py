@@ -28,11 +28,9 @@ origin, requested, readers): splitting them would split every rule that reads bo
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any
 
 from tether.core.screening import redact
@@ -42,6 +40,7 @@ from tether.policy.destinations import (
 from tether.policy.tokens import (
     id_like,
     identifiers,
+    intent_pattern,
     links,
     phrase,
     private_words,
@@ -54,6 +53,7 @@ from tether.policy.values import (
     JOIN,
     SHORT_VALUE,
     Row,
+    has_digit,
     leaves,
     normal_value,
     parse_paths,
@@ -65,6 +65,10 @@ from tether.policy.values import (
 )
 
 MAX_TOKENS = 20_000  # per run; a token is a short string, so a full index is a few MB
+# Outputs remembered as learned, so one read again is not learned again (``add_output``):
+# each up to the first figure in characters, a run's together up to the second.
+REMEMBERED_OUTPUT = 8_192
+REMEMBERED_CHARS = 65_536  # per run: at most 16 MB over the 256 runs a gate keeps indexed
 SHOWN = 80  # how much of a value a reason or an approval quotes
 
 
@@ -104,10 +108,13 @@ class ProvenanceIndex:
         "asked_words",
         "done",
         "effects",
+        "epoch",
         "first_untrusted",
         "flagged",
         "followed",
         "full",
+        "learned",
+        "learned_chars",
         "phrases",
         "private",
         "private_refs",
@@ -115,6 +122,7 @@ class ProvenanceIndex:
         "trusted",
         "untrusted",
         "user_words",
+        "widest",
     )
 
     def __init__(self, trusted_values: Iterable[str] = ()) -> None:
@@ -138,10 +146,17 @@ class ProvenanceIndex:
         self.effects = 0  # effects of the run this index has accounted for
         self.followed = 0  # links followed on ``follow_links`` authority
         self.done: dict[str, dict[str, str]] = {}  # tool -> argument digest -> call id
+        # Outputs learned (``add_output``) -> the epoch (the user's messages so far) it was
+        # learned in and the most tokens it asked room for.
+        self.learned: dict[tuple[Any, ...], tuple[int, int]] = {}
+        self.learned_chars = 0
+        self.epoch = 0
+        self.widest = 0  # the most tokens one ``_room`` asked for, while an output is learned
         for value in trusted_values:
             self.add_trusted(value, user=True, said=False)
 
     def _room(self, n: int) -> bool:
+        self.widest = max(self.widest, n)
         if len(self.trusted) + len(self.untrusted) + len(self.private) + n > MAX_TOKENS:
             self.full = True
         return not self.full
@@ -171,6 +186,7 @@ class ProvenanceIndex:
         spoken = "".join(f" {phrase(t)} |" for t in texts)
         self.phrases += spoken
         if user:
+            self.epoch += 1
             self.requested |= found
             if said:
                 self.asked += spoken
@@ -225,10 +241,50 @@ class ProvenanceIndex:
         flagged: bool = False,
         private: bool = False,
         readers_from: tuple[str, ...] = (),
+        recorded: str | None = None,
     ) -> None:
         """A tool's (redacted) result. ``trusted_fields``: paths whose values are trusted;
         ``private``/``readers_from``: the output is private data, readable by the people
-        its records name at those paths (the user alone if none)."""
+        its records name at those paths (the user alone if none). ``recorded``: its JSON
+        as stored, if the caller has it: an output learned before is not read again."""
+        key: tuple[Any, ...] | None = None
+        if recorded is not None and len(recorded) <= REMEMBERED_OUTPUT:
+            fields, readers = frozenset(trusted_fields), tuple(readers_from)  # hashable
+            key = (recorded, trusted, fields, flagged, private, readers)
+            if self._again(key):
+                return
+        self.widest = 0
+        self._learn(origin, value, trusted, trusted_fields, flagged, private, readers_from)
+        if key is None:
+            return
+        known = key in self.learned  # learned again after the user spoke: already counted
+        if known or self.learned_chars + len(key[0]) <= REMEMBERED_CHARS:
+            self.learned[key] = (self.epoch, self.widest)
+            self.learned_chars += 0 if known else len(key[0])
+
+    def _again(self, key: tuple[Any, ...]) -> bool:
+        """Whether the output ``key`` names was learned since the user last spoke; if so,
+        learning it again is done here. Learning an output reads only the output, the user's
+        words (the same while the epoch is) and what it writes: it adds to sets, keeps each
+        token's first origin, unions readers the first pass added, sets ``flagged`` and
+        ``first_untrusted`` only if unset. So a second pass changes nothing but, perhaps,
+        ``full``: it asks ``_room`` for the same counts, of which the largest decides."""
+        seen = self.learned.get(key)
+        if seen is None or seen[0] != self.epoch:
+            return False
+        self._room(seen[1])
+        return True
+
+    def _learn(
+        self,
+        origin: Origin,
+        value: Any,
+        trusted: bool,
+        trusted_fields: frozenset[str],
+        flagged: bool,
+        private: bool,
+        readers_from: tuple[str, ...],
+    ) -> None:
         if flagged and not trusted and self.flagged is None:
             self.flagged = origin
         found = rows(value)
@@ -343,7 +399,7 @@ class ProvenanceIndex:
         allow-list, or (with no list) one of its intent phrases is in the user's words."""
         if self.allowed_tools is not None:
             return tool in self.allowed_tools
-        return _intent_pattern(phrases).search(self.asked) is not None
+        return intent_pattern(phrases).search(self.asked) is not None
 
     def states_together(self, values: list[Any], window: int = 24) -> bool:
         """Whether the user's words state ``values`` together: the first is followed, in
@@ -373,7 +429,7 @@ class ProvenanceIndex:
     def carried(self, value: Any) -> list[tuple[str, frozenset[str], Origin]]:
         """The private words ``value`` carries, with who may read each and where it was
         seen first."""
-        if not self.private_refs and (not self.private or not _has_digit(value)):
+        if not self.private_refs and (not self.private or not has_digit(value)):
             return []  # private words all have a digit
         found_leaves = leaves(value)
         texts = [t for _, t in found_leaves if isinstance(t, str)]
@@ -405,26 +461,6 @@ class ProvenanceIndex:
         if words and f" {words} " in self.phrases:
             return Trust.TRUSTED, None, asked
         return trust, origin, False
-
-
-_DIGIT = re.compile(r"\d")
-
-
-def _has_digit(value: Any) -> bool:
-    if type(value) is str:
-        return _DIGIT.search(value) is not None
-    return any(_DIGIT.search(str(leaf)) for _, leaf in leaves(value))
-
-
-@lru_cache(maxsize=1024)
-def _intent_pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
-    """Any of ``phrases`` as words of a request, each word also as a prefix ("pay" in
-    "paying", "book" in "booking")."""
-    alternatives = [
-        r"\w*\s+".join(re.escape(w) for w in phrase(p).split()) + r"\w*" for p in phrases
-    ]
-    alternatives = [a for a in alternatives if a != r"\w*"] or ["(?!)"]
-    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + ")")
 
 
 class Check(StrEnum):

@@ -17,7 +17,9 @@ token of the same kind:
   amounts like ``4210.55``), dates and times aside.
 
 Pure and in memory; the hot path is ``identifiers`` over untrusted output, written to split
-the text once (in C) and test each word with the cheapest checks first.
+the text once (in C), read each word with the cheapest checks first, and remember what each
+word yields. The module is long because every kind of token is read here, in one place, so a
+value and the trusted token that vouches for it are always read alike.
 """
 
 from __future__ import annotations
@@ -57,83 +59,108 @@ def links(text: str) -> list[str]:
 
 # Python's regular expressions have no fast skip for a character class, so a pattern run over
 # a whole text tries every position: tens of microseconds per kilobyte. The text is split
-# into words once instead (in C), letter-only words are passed over first, and each other
-# word is tested with the cheapest checks first; phone numbers are read off runs of
-# number-like words as they pass, and only a spaced IBAN sends a pattern over the text.
+# into words once instead (in C), and each word is read on its own (``_word``); phone numbers
+# are read off runs of number-like words as they pass, and only a spaced IBAN sends a pattern
+# over the text. What a word yields depends on nothing but the word (lowercased, as split) and
+# the two modes, so it is remembered per word: text repeats its words (greetings, units,
+# signatures, the same link), and a remembered word costs one dictionary lookup.
 _PHONE_CHARS = "+-().0123456789"
 _FILE_NAME = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*\.[a-z][a-z0-9]{0,4}")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+# What one word yields: the digits it adds to a run of number-like words (None: it is not
+# one, and ends any run), whether the run ends after it (a comma or semicolon), its tokens,
+# and whether it may start a spaced IBAN ("DE44 5001 ...").
+_Word = tuple[str | None, bool, tuple[str, ...], bool]
+_NOTHING: _Word = (None, False, (), False)
+_REMEMBERED = 16_384  # words per mode; past it the memory starts again (bounded, still pure)
+_LONGEST_REMEMBERED = 64  # longer words (a blob, a long link) are read, not remembered
+_words: dict[tuple[bool, bool], dict[str, _Word]] = {}
 
 
 def _scan(text: str, *, every_kind: bool, as_given: bool) -> list[str]:
     found: list[str] = []
     spaced_iban = False
     run: list[str] = []  # the digits of the current run of number-like words
-    plain = text.isascii()  # then isalpha() alone means "letters of no other script"
+    known = _words.setdefault((every_kind, as_given), {})
     for raw in text.lower().split():
-        if raw.isalpha() and (plain or raw.isascii()):  # most words: nothing to find
-            if run:
-                _phone(run, found)
-            continue
-        word = raw.strip(STRIP)
-        if every_kind and word and not word.strip(_PHONE_CHARS) and not _DATE.fullmatch(word):
-            run.append(_NOT_DIGIT.sub("", word))
-            if raw[-1] in ",;":
+        word = known.get(raw)
+        if word is None:
+            word = _word(raw, every_kind, as_given)
+            if len(raw) <= _LONGEST_REMEMBERED:
+                if len(known) >= _REMEMBERED:
+                    known.clear()
+                known[raw] = word
+        digits, ends, tokens, spaced = word
+        if digits is not None:
+            run.append(digits)
+            if ends:
                 _phone(run, found)  # "call 555 123 4567, or" ends at the comma
             continue
         if run:
             _phone(run, found)
-        if len(word) < 4 or (word.isalpha() and (plain or word.isascii())):
-            continue
-        if "@" in word and "://" not in word:
-            address = parse_address(word.removeprefix("mailto:"))
-            if address is not None:
-                found.append(address[0])
-                found.extend(host_tokens(address[1]))
-            elif looks_like_destination(word):
-                found.append(word)  # unreadable: unknown unless this very word was seen
-            continue
-        if "//" in word or "/" in word.lstrip("/~."):
-            link = parse_link(word) if word[0] not in "/~." or word.startswith("//") else None
-            if link is not None:
-                found.append(link.token)
-                if as_given and link.query:
-                    found.append(link.as_given)
-                found.extend(host_tokens(link.host))
-                continue
-            if word.startswith("//"):
-                found.append(word)
-                continue
-        if word[0] in "/~.":
-            if every_kind and "/" in word:
-                found.append(word.rstrip("/."))
-            continue
-        if "." in word:
-            host = parse_host(word)
-            if host is not None:
-                found.extend(host_tokens(host))
-                continue
-            if every_kind and _FILE_NAME.fullmatch(word):
-                found.append(word)  # a file name ("b.txt"): where a call reads or writes
-                continue
-        if not word.isascii():
-            if looks_like_destination(word):
-                found.append(word)
-            continue
-        if every_kind and not word.isdigit():
-            if word[:2].isalpha() and word[2:4].isdigit():  # an IBAN, whole or its first group
-                if len(word) == 4:
-                    spaced_iban = True
-                elif _IBAN_WORD.fullmatch(word):
-                    found.append(word)
-                    continue
-            if _ID_WORD.fullmatch(word) is not None:
-                found.append(word)
+        if tokens:
+            found.extend(tokens)
+        if spaced:
+            spaced_iban = True
     if run:
         _phone(run, found)
     if spaced_iban:
         found.extend(m.group(0).replace(" ", "").lower() for m in _IBAN.finditer(text.upper()))
     return found
+
+
+def _word(raw: str, every_kind: bool, as_given: bool) -> _Word:
+    """What one word of folded, lowercased text yields (see ``_Word``), cheapest checks first."""
+    if raw.isalpha() and raw.isascii():  # most words: letters only, nothing to find
+        return _NOTHING
+    word = raw.strip(STRIP)
+    if every_kind and word and not word.strip(_PHONE_CHARS) and not _DATE.fullmatch(word):
+        return (_NOT_DIGIT.sub("", word), raw[-1] in ",;", (), False)
+    if len(word) < 4 or (word.isalpha() and word.isascii()):
+        return _NOTHING
+    if "@" in word and "://" not in word:
+        address = parse_address(word.removeprefix("mailto:"))
+        if address is not None:
+            return (None, False, (address[0], *host_tokens(address[1])), False)
+        if looks_like_destination(word):
+            return (None, False, (word,), False)  # unreadable: unknown unless this word was seen
+        return _NOTHING
+    if "//" in word or "/" in word.lstrip("/~."):
+        link = parse_link(word) if word[0] not in "/~." or word.startswith("//") else None
+        if link is not None:
+            given = (link.as_given,) if as_given and link.query else ()
+            return (None, False, (link.token, *given, *host_tokens(link.host)), False)
+        if word.startswith("//"):
+            return (None, False, (word,), False)
+    if word[0] in "/~.":
+        if every_kind and "/" in word:
+            return (None, False, (word.rstrip("/."),), False)
+        return _NOTHING
+    if "." in word:
+        host = parse_host(word)
+        if host is not None:
+            return (None, False, host_tokens(host), False)
+        if every_kind and _FILE_NAME.fullmatch(word):
+            return (
+                None,
+                False,
+                (word,),
+                False,
+            )  # a file name ("b.txt"): where a call reads or writes
+    if not word.isascii():
+        return (None, False, (word,), False) if looks_like_destination(word) else _NOTHING
+    if every_kind and not word.isdigit():
+        spaced = False
+        if word[:2].isalpha() and word[2:4].isdigit():  # an IBAN, whole or its first group
+            if len(word) == 4:
+                spaced = True
+            elif _IBAN_WORD.fullmatch(word):
+                return (None, False, (word,), False)
+        if _ID_WORD.fullmatch(word) is not None:
+            return (None, False, (word,), spaced)
+        return (None, False, (), spaced)
+    return _NOTHING
 
 
 def _phone(run: list[str], found: list[str]) -> None:
@@ -196,17 +223,32 @@ def scalar_token(key: str, value: Any) -> str | None:
         number = float(value)
         plain = str(int(number)) if number.is_integer() else repr(number)
         return ("i:" if id_like(key) else "n:") + plain
-    text = " ".join(str(value).split()).casefold().strip(".,;:!?)]}'\" ")
+    text = value if kind is str else str(value)
+    # Short texts (names, ids, dates: what records repeat) are read once; the key only says
+    # which kind a number is, so what is remembered is the text's reading without it.
+    number, token = _text_token(text) if len(text) <= _SHORT_TEXT else _read_text(text)
+    return ("i:" if id_like(key) else "n:") + token if number else token
+
+
+_SHORT_TEXT = 64
+
+
+def _read_text(value: str) -> tuple[bool, str]:
+    """A text scalar's token, and whether it is a number (whose kind the key decides)."""
+    text = " ".join(value.split()).casefold().strip(".,;:!?)]}'\" ")
     if not text[:1].isdigit() and text[:1] not in "+-":
-        return text  # not a number, a date or a time: a name or other text
+        return False, text  # not a number, a date or a time: a name or other text
     if _NUMERIC.fullmatch(text):
-        return ("i:" if id_like(key) else "n:") + _number(text)
+        return True, _number(text)
     if _ISO_DATE.fullmatch(text):
-        return "d:" + text
+        return False, "d:" + text
     time = _TIME.fullmatch(text)
     if time is not None:
-        return f"t:{int(time.group(1)):02d}:{time.group(2)}"
-    return text
+        return False, f"t:{int(time.group(1)):02d}:{time.group(2)}"
+    return False, text
+
+
+_text_token = lru_cache(maxsize=8192)(_read_text)
 
 
 _TYPED = re.compile(
@@ -325,19 +367,54 @@ def record_words(text: str) -> frozenset[str]:
     )
 
 
+@lru_cache(maxsize=1024)
+def intent_pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    """Any of ``phrases`` as words of a request, each word also as a prefix ("pay" in
+    "paying", "book" in "booking")."""
+    alternatives = [
+        r"\w*\s+".join(re.escape(w) for w in phrase(p).split()) + r"\w*" for p in phrases
+    ]
+    alternatives = [a for a in alternatives if a != r"\w*"] or ["(?!)"]
+    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + ")")
+
+
 # -- private words ---------------------------------------------------------------------------
-# Only words with a digit can be private words: found directly (in C), not by splitting
-# every word of the text.
+# Only words with a digit can be private words: a run of characters between separators, with
+# a digit in it, found by a pattern (in C). Whitespace is a separator, so the runs of a text
+# are the runs of its whitespace-split words, each found alone exactly as in the whole text:
+# the text is split once, letter-only words (never a digit, never a separator) passed over,
+# and what each other word yields remembered, as ``_scan`` does.
 _SEPARATORS = r"\s/?&=#,;()\[\]{}<>\"'`|"
 _DIGITED = re.compile(rf"(?<![^{_SEPARATORS}])[^{_SEPARATORS}\d]*\d[^{_SEPARATORS}]*")
+_private_in: dict[str, tuple[str, ...]] = {}
 
 
 def private_words(text: str) -> set[str]:
     """What of a private text would leak if sent on (see the module docstring)."""
     found: set[str] = set()
-    for match in _DIGITED.finditer(fold(text).lower()):
+    known = _private_in
+    for raw in fold(text).lower().split():
+        if raw.isalpha():
+            continue
+        words = known.get(raw)
+        if words is None:
+            words = _digited(raw)
+            if len(raw) <= _LONGEST_REMEMBERED:
+                if len(known) >= _REMEMBERED:
+                    known.clear()
+                known[raw] = words
+        if words:
+            found.update(words)
+    return found
+
+
+def _digited(text: str) -> tuple[str, ...]:
+    """The private words of ``text`` (folded, lowercased): the runs with a digit, dates and
+    times aside."""
+    found: list[str] = []
+    for match in _DIGITED.finditer(text):
         word = match.group(0).strip(".:!*")
         if len(word) < 3 or _ISO_DATE.fullmatch(word) or _TIME.fullmatch(word):
             continue
-        found.add(word)
-    return found
+        found.append(word)
+    return tuple(found)
