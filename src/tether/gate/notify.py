@@ -157,18 +157,32 @@ def verify_signature(
     *,
     tolerance_s: float = 300.0,
     now: float | None = None,
+    notification_id: str | None = None,
 ) -> bool:
     """What a receiver checks: the body is the one tether signed at ``timestamp``, and that
     was at most ``tolerance_s`` ago (or ahead, for clock skew), so an old delivery replayed
     is refused. Compares in constant time (``hmac.compare_digest``): a receiver writing its
     own check must too, or the time the comparison takes leaks the signature byte by byte.
-    Deduplicate on the notification id as well: a retry is a new, validly signed delivery."""
+    Deduplicate on the notification id as well: a retry is a new, validly signed delivery.
+    Pass the ``X-Tether-Notification-Id`` header as ``notification_id``: it is then covered
+    by the signature too (it must be the signed body's ``id``), so a forged header cannot
+    make a receiver drop a real notification as a duplicate."""
     if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
         return False  # tether sends whole seconds; "nan" would pass any age comparison
     at = float(timestamp)
     if abs((time.time() if now is None else now) - at) > tolerance_s:
         return False
-    return hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode())
+    if not hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode()):
+        return False
+    if notification_id is None:
+        return True
+    try:
+        signed_id = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(signed_id, str) and hmac.compare_digest(
+        signed_id.encode(), notification_id.encode("utf-8", "replace")
+    )
 
 
 def approval_link(base_url: str | None, approval_id: str) -> str | None:
@@ -181,6 +195,48 @@ def _slack_code(text: object) -> str:
     clean = str(text).replace("`", "'").replace("\n", " ")
     clean = clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return f"`{clean[:100]}`"
+
+
+def slack_blocks(text: str, approval_id: str, link: str | None) -> list[dict[str, Any]]:
+    """The interactive message: its text, a reason to type, and Approve / Deny / Open (the
+    buttons post to the inbox's ``/api/slack/interactions``, see ``tether.web.slack``)."""
+    buttons: list[dict[str, Any]] = [
+        {
+            "type": "button",
+            "action_id": "tether_approve",
+            "style": "primary",
+            "text": {"type": "plain_text", "text": "Approve"},
+            "value": approval_id,
+        },
+        {
+            "type": "button",
+            "action_id": "tether_deny",
+            "style": "danger",
+            "text": {"type": "plain_text", "text": "Deny"},
+            "value": approval_id,
+        },
+    ]
+    if link:
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": "tether_open",
+                "text": {"type": "plain_text", "text": "Open"},
+                "url": link,
+                "value": approval_id,
+            }
+        )
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+        {
+            "type": "input",
+            "block_id": "tether_reason",
+            "optional": True,
+            "label": {"type": "plain_text", "text": "Reason (to deny: the model is told)"},
+            "element": {"type": "plain_text_input", "action_id": "reason", "max_length": 2000},
+        },
+        {"type": "actions", "block_id": "tether_decide", "elements": buttons},
+    ]
 
 
 def render(
@@ -199,7 +255,12 @@ def render(
         )
         if link:
             text += f" <{link}|Review it in the inbox>"
-        message = {"text": text, "unfurl_links": False, "unfurl_media": False}
+        message = {
+            "text": text,
+            "blocks": slack_blocks(text, about["approval_id"], link),
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
         return json.dumps(message).encode(), headers
     body = canonical_json(
         {

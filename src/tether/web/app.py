@@ -31,6 +31,7 @@ from tether.web.context import (
 from tether.web.hosts import HostGuard
 from tether.web.pages import add_pages
 from tether.web.service import WebError
+from tether.web.slack import add_slack
 
 __all__ = ["WebConfig", "create_app"]
 
@@ -55,6 +56,7 @@ def create_app(config: WebConfig) -> FastAPI:
     )
     api.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     add_api(api, site)
+    add_slack(api, site)
     error_page = add_pages(api, site)
 
     def is_api(request: Request) -> bool:

@@ -71,6 +71,7 @@ class WebConfig:
     # user is which registered approver (Slack user id -> approver name).
     slack_signing_secret: bytes | None = None
     slack_users: dict[str, str] = field(default_factory=dict)
+    slack_reply_hosts: tuple[str, ...] = ("hooks.slack.com",)  # where response_urls may go
     clock: Callable[[], float] = time.time
 
 

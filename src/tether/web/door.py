@@ -88,7 +88,7 @@ class Door:
         status: int = 200,
     ) -> HTMLResponse:
         sessions = self.site.sessions
-        ends = sessions.ends_at(session) if session.sid else None
+        ends = session.started_at + sessions.ttl_s if session.sid else None
         context = {
             "who": who,
             "csrf": session.csrf,

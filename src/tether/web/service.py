@@ -82,6 +82,8 @@ class Inbox:
     app_ref: str | None = None  # the app to load for edits (--app): the only one imported
     clock: Callable[[], float] = time.time
     verify_max_age_s: float = 60.0
+    # Told of every decision made through this inbox (Slack replaces its messages).
+    listeners: list[Callable[[Approval], None]] = field(default_factory=list)
     _apps: dict[str, App] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # An approval's reasons never change once recorded: read from the log once.
@@ -317,9 +319,15 @@ class Inbox:
     ) -> Approval:
         approval = self.get(who, approval_id)
         with refusals(approval, self.clock):
-            return decide_approval(
+            decided = decide_approval(
                 self.store, approval_id, who, approve=approve, now=self.clock(), reason=reason
             )
+        self.tell(decided)
+        return decided
+
+    def tell(self, approval: Approval) -> None:
+        for listener in self.listeners:
+            listener(approval)
 
     def edit(
         self,
@@ -332,7 +340,7 @@ class Inbox:
         approval = self.get(who, approval_id)
         with refusals(approval, self.clock):
             app = self.app_for(approval.run_id)
-            return edit_approval(
+            new = edit_approval(
                 self.store,
                 app.registry,
                 app.policy,
@@ -342,6 +350,10 @@ class Inbox:
                 now=self.clock(),
                 reason=reason,
             )
+        with self.store.read() as tx:
+            replaced = tx.get_approval(approval_id)
+        self.tell(replaced or approval)
+        return new
 
 
 def status_now(approval: Approval, now: float) -> ApprovalStatus:
