@@ -32,7 +32,7 @@ class Replies:
         replies = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 length = int(self.headers["Content-Length"])
                 replies.received.append(json.loads(self.rfile.read(length)))
                 self.send_response(200)
