@@ -70,6 +70,8 @@ def create_app(config: WebConfig) -> FastAPI:
 
     async def on_invalid(request: Request, e: Exception) -> Response:
         assert isinstance(e, RequestValidationError)
+        if any(err.get("type") == "json_invalid" for err in e.errors()):
+            return error_json(WebError(400, "invalid_json", "The body is not valid JSON."))
         problems = [
             f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg')}"
             for err in e.errors()
