@@ -182,7 +182,7 @@ def test_slack_gets_its_own_format_with_the_link(tmp_path: Path) -> None:
 
 
 def test_slack_fields_cannot_leave_their_code_span() -> None:
-    from tether.gate.notify import _slack_code
+    from tether.gate.slack_message import slack_code as _slack_code
 
     assert _slack_code("a`<b|c>`&\n*x*") == "`a'&lt;b|c&gt;'&amp; *x*`"
     assert len(_slack_code("x" * 500)) == 102

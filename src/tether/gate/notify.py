@@ -38,6 +38,7 @@ from typing import Any, Literal
 from tether.core.approvals import Approval
 from tether.core.digest import canonical_json
 from tether.errors import ConfigurationError
+from tether.gate.slack_message import slack_blocks, slack_code
 from tether.store.base import Store
 from tether.store.rows import NotificationRecord
 
@@ -189,56 +190,6 @@ def approval_link(base_url: str | None, approval_id: str) -> str | None:
     return None if not base_url else f"{base_url.rstrip('/')}/approvals/{approval_id}"
 
 
-def _slack_code(text: object) -> str:
-    """``text`` as Slack inline code: not formatted, not linked. A backtick would end the
-    code span, and <, >, & are Slack's control characters: gone or escaped."""
-    clean = str(text).replace("`", "'").replace("\n", " ")
-    clean = clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return f"`{clean[:100]}`"
-
-
-def slack_blocks(text: str, approval_id: str, link: str | None) -> list[dict[str, Any]]:
-    """The interactive message: its text, a reason to type, and Approve / Deny / Open (the
-    buttons post to the inbox's ``/api/slack/interactions``, see ``tether.web.slack``)."""
-    buttons: list[dict[str, Any]] = [
-        {
-            "type": "button",
-            "action_id": "tether_approve",
-            "style": "primary",
-            "text": {"type": "plain_text", "text": "Approve"},
-            "value": approval_id,
-        },
-        {
-            "type": "button",
-            "action_id": "tether_deny",
-            "style": "danger",
-            "text": {"type": "plain_text", "text": "Deny"},
-            "value": approval_id,
-        },
-    ]
-    if link:
-        buttons.append(
-            {
-                "type": "button",
-                "action_id": "tether_open",
-                "text": {"type": "plain_text", "text": "Open"},
-                "url": link,
-                "value": approval_id,
-            }
-        )
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-        {
-            "type": "input",
-            "block_id": "tether_reason",
-            "optional": True,
-            "label": {"type": "plain_text", "text": "Reason (to deny: the model is told)"},
-            "element": {"type": "plain_text_input", "action_id": "reason", "max_length": 2000},
-        },
-        {"type": "actions", "block_id": "tether_decide", "elements": buttons},
-    ]
-
-
 def render(
     notification: NotificationRecord, webhook: Webhook, base_url: str | None, now: float
 ) -> tuple[bytes, dict[str, str]]:
@@ -247,7 +198,7 @@ def render(
     link = approval_link(base_url, about["approval_id"])
     headers = {"Content-Type": "application/json", ID_HEADER: notification.notification_id}
     if webhook.format == "slack":
-        c = _slack_code
+        c = slack_code
         # No resource: it is made from the call's arguments (see the module's docstring).
         text = (
             f"Approval needed: {c(about['tool'])} in tenant {c(about['tenant'])}, "
