@@ -246,3 +246,13 @@ def test_the_notification_id_is_covered_by_the_signature() -> None:
     signature = sign(secret, ts, body)
     assert verify_signature(secret, ts, body, signature, notification_id="ntf-apr-1")
     assert not verify_signature(secret, ts, body, signature, notification_id="ntf-apr-2")
+
+
+def test_slack_users_need_the_signing_secret(store: SQLiteStore, monkeypatch: Any) -> None:
+    from tether.cli.serve import serve
+
+    monkeypatch.delenv("TETHER_SLACK_SIGNING_SECRET", raising=False)
+    result = CliRunner().invoke(serve, ["--db", store.url, "--slack-user", "U1=alice"])
+    assert result.exit_code == 2 and "TETHER_SLACK_SIGNING_SECRET" in result.output
+    result = CliRunner().invoke(serve, ["--db", store.url, "--slack-user", "alice"])
+    assert result.exit_code == 2 and "SLACK_ID=APPROVER_NAME" in result.output

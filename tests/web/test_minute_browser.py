@@ -135,6 +135,11 @@ def chat_link(page: Page, inbox: Inbox, approval_id: str) -> None:
     page.route(f"{CHAT}/**", chat)
     page.goto(f"{CHAT}/channel")
     page.click("#open")
+    # The first answer (without the Strict cookie) refreshes itself from the inbox's own
+    # origin at once; what the approver sees is the page after that.
+    page.wait_for_url(link)
+    page.wait_for_function("!document.querySelector('meta[http-equiv=refresh]')")
+    page.wait_for_load_state()
 
 
 def test_a_notification_link_leads_to_the_decision(page: Page, inbox: Inbox) -> None:

@@ -185,3 +185,21 @@ def test_the_slack_message_carries_the_buttons() -> None:
         assert buttons["tether_approve"]["value"] == aid
     finally:
         store.close()
+
+
+def test_an_irreversible_call_is_approved_only_from_its_page(
+    store: SQLiteStore, replies: Replies
+) -> None:
+    from tests.web.inbox_app import propose_call
+
+    approver(store, "alice", "acme")
+    aid = propose_call(store, "delete_account", {"account_id": "A-1"})
+    with TestClient(app_for(store), base_url=LOCAL) as client:
+        body = slack_request("U_ALICE", "tether_approve", aid, replies.url)
+        r = client.post(ROUTE, content=body, headers=signed(body))
+        assert r.status_code == 200 and "on its" in r.json()["text"]
+        assert status(store, aid) is ApprovalStatus.PENDING
+        # Denying it from chat is fine: nothing happens that cannot be undone.
+        deny = slack_request("U_ALICE", "tether_deny", aid, replies.url, reason="no")
+        assert client.post(ROUTE, content=deny, headers=signed(deny)).status_code == 200
+    assert status(store, aid) is ApprovalStatus.DENIED

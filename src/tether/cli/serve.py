@@ -160,6 +160,13 @@ def serve(
     if proxy_header and not trusted_proxies:
         raise click.UsageError("--proxy-header needs --trusted-proxy: whose header to believe")
     proxy = ProxyAuth.parse(proxy_header, trusted_proxies) if trusted_proxies else None
+    slack_secret = os.environ.get(SLACK_SECRET_ENV, "").encode() or None
+    links = parse_slack_users(slack_users)
+    if links and not slack_secret:
+        raise click.UsageError(
+            f"--slack-user needs ${SLACK_SECRET_ENV} (the Slack app's signing secret), or no "
+            "Slack request could be checked"
+        )
     hooks = make_webhooks(webhooks, slack_webhooks)
     if base_url:
         check_base_url(base_url)
@@ -179,13 +186,6 @@ def serve(
         assert app_ref is not None
         worker = Worker(load_app(app_ref), store, app_ref=app_ref)
         background.append((threading.Thread(target=worker.run, name="tether-worker"), worker.stop))
-    slack_secret = os.environ.get(SLACK_SECRET_ENV, "").encode() or None
-    links = parse_slack_users(slack_users)
-    if links and not slack_secret:
-        raise click.UsageError(
-            f"--slack-user needs ${SLACK_SECRET_ENV} (the Slack app's signing secret), or no "
-            "Slack request could be checked"
-        )
     config = WebConfig(
         store,
         app_ref=app_ref,
