@@ -254,14 +254,15 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
         def show(session: Session, who: Identity) -> Response:
             query = {k: v for k, v in request.query_params.items() if k == "status"}
             wanted = query.get("status")
-            rows = [
-                inbox.row(who, a)
+            now = site.config.clock()
+            found = [
+                a
                 for a in inbox.visible(who)
-                if status_now(a, site.config.clock()) is not ApprovalStatus.PENDING
+                if status_now(a, now) is not ApprovalStatus.PENDING
+                and (not wanted or status_now(a, now).value == wanted)
             ]
-            if wanted:
-                rows = [r for r in rows if r["status"] == wanted]
-            context = {"rows": rows[:200], "verify": inbox.verify(), "wanted": wanted}
+            rows = [inbox.row(who, a) for a in found[:200]]  # the newest 200, each read once
+            context = {"rows": rows, "verify": inbox.verify(), "wanted": wanted}
             return page(request, session, who, "history.html", context)
 
         return await signed_in(request, show)
