@@ -44,21 +44,24 @@ class Inbox:
         return found.status
 
 
-@pytest.fixture(scope="module")
-def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
+def serve(store: SQLiteStore, **options: Any) -> Iterator[str]:
+    """The inbox on a free port of 127.0.0.1, served by uvicorn in a thread; its URL."""
     import uvicorn
 
     from tether.web.app import WebConfig, create_app
 
-    folder = tmp_path_factory.mktemp("minute")
-    store = SQLiteStore(f"sqlite:///{folder}/t.db")
-    alice = approver(store, "alice", "acme")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    config = WebConfig(store, app_ref=APP, session_rotate_s=1.0, session_grace_s=30.0)
+    config = WebConfig(store, app_ref=APP, **options)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(config),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=1,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -67,10 +70,34 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
     try:
-        yield Inbox(f"http://127.0.0.1:{port}", store, alice)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
+    folder = tmp_path_factory.mktemp("minute")
+    store = SQLiteStore(f"sqlite:///{folder}/t.db")
+    alice = approver(store, "alice", "acme")
+    try:
+        for url in serve(store, session_rotate_s=1.0, session_grace_s=30.0):
+            yield Inbox(url, store, alice)
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def idle_inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
+    """Sessions end after 3 idle seconds here."""
+    folder = tmp_path_factory.mktemp("idle")
+    store = SQLiteStore(f"sqlite:///{folder}/t.db")
+    alice = approver(store, "alice", "acme")
+    try:
+        for url in serve(store, session_idle_s=3.0, live_poll_s=0.5):
+            yield Inbox(url, store, alice)
+    finally:
         store.close()
 
 
@@ -277,3 +304,22 @@ def test_long_arguments_do_not_widen_the_page(page: Page, inbox: Inbox) -> None:
     page.goto(f"{inbox.url}/approvals/{aid}")
     no_sideways_scroll(page)
     shot(page, "long-approval")
+
+
+def test_an_open_inbox_keeps_its_session_and_a_quiet_page_warns(
+    page: Page, idle_inbox: Inbox
+) -> None:
+    from playwright.sync_api import expect
+
+    aid = propose(idle_inbox.store, amount=88)
+    sign_in(page, idle_inbox)
+    page.wait_for_timeout(5_000)  # past the idle end: the live page's stream kept it
+    page.reload()
+    expect(page.locator(f"tr[data-approval='{aid}']")).to_be_visible()
+    # A page that is not live says before its session ends.
+    page.goto(f"{idle_inbox.url}/approvals/{aid}")
+    expect(page.locator("#session-warning")).to_contain_text("Your session")
+    shot(page, "session-warning")
+    page.wait_for_timeout(4_000)
+    page.reload()
+    expect(page.locator("#token")).to_be_visible()  # it did end: idle, nothing kept it
