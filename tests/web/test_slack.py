@@ -27,6 +27,14 @@ ROUTE = "/api/slack/interactions"
 
 
 class Replies:
+    def last(self) -> dict[str, Any]:
+        """The latest replacement Slack was sent (they are sent apart from the request)."""
+        deadline = time.monotonic() + 10
+        while not self.received:
+            assert time.monotonic() < deadline, "no message was replaced"
+            time.sleep(0.02)
+        return self.received[-1]
+
     def __init__(self) -> None:
         self.received: list[dict[str, Any]] = []
         replies = self
@@ -105,8 +113,8 @@ def test_a_linked_approver_approves_from_slack_and_the_message_is_replaced(
     assert status(store, aid) is ApprovalStatus.APPROVED
     granted = store.audit_tail(kind="approval_granted", limit=1)[0].record
     assert granted["actor"] == "alice"  # the linked approver, not "whoever clicked"
-    assert replies.received and replies.received[-1]["replace_original"] is True
-    assert "Approved by `alice`" in replies.received[-1]["text"]
+    assert replies.last()["replace_original"] is True
+    assert "Approved by `alice`" in replies.last()["text"]
 
 
 def test_forged_replayed_stale_and_unlinked_requests_decide_nothing(
@@ -163,7 +171,7 @@ def test_a_decision_elsewhere_replaces_the_message_too(
             headers={"Authorization": f"Bearer {token}"},
         )
         assert r.status_code == 200
-    assert "Denied by `alice`" in replies.received[-1]["text"]
+    assert "Denied by `alice`" in replies.last()["text"]
 
 
 def test_the_slack_message_carries_the_buttons() -> None:

@@ -153,11 +153,19 @@ class SlackReplies:
         """Replace every message shown about ``approval`` (a listener of the inbox)."""
         with self._lock:
             urls = self._urls.pop(approval.approval_id, [])
+        if not urls:
+            return
         message = decided_message(approval)
-        for url in urls:
-            # The decision stands either way: a stale chat message is only stale.
-            with contextlib.suppress(OSError):
-                (self.post or post_json)(url, message)
+
+        def send() -> None:
+            for url in urls:
+                # The decision stands either way: a stale chat message is only stale.
+                with contextlib.suppress(OSError):
+                    (self.post or post_json)(url, message)
+
+        # Apart from the request: Slack wants its answer within three seconds, and a
+        # decision on the page must not wait on Slack.
+        threading.Thread(target=send, name="tether-slack-reply", daemon=True).start()
 
 
 def post_json(url: str, message: Mapping[str, Any]) -> None:
