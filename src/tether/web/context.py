@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether.web.auth import Limiter, ProxyAuth, Sessions, limiter_key
 from tether.web.hosts import LOCAL_NAMES
 from tether.web.service import Inbox, WebError
-from tether.web.triage import isolate
+from tether.web.triage import isolate, one_line
 
 if TYPE_CHECKING:
     from tether.store import Store
@@ -204,5 +204,6 @@ def make_templates() -> jinja2.Environment:
     )
     templates.filters["when"] = when
     templates.filters["iso"] = isolate
+    templates.filters["short"] = lambda v, n=120: one_line(v, n)  # the whole is shown below
     templates.filters["pathq"] = lambda v: quote(str(v), safe="")
     return templates
