@@ -256,3 +256,41 @@ def test_slack_users_need_the_signing_secret(store: SQLiteStore, monkeypatch: An
     assert result.exit_code == 2 and "TETHER_SLACK_SIGNING_SECRET" in result.output
     result = CliRunner().invoke(serve, ["--db", store.url, "--slack-user", "alice"])
     assert result.exit_code == 2 and "SLACK_ID=APPROVER_NAME" in result.output
+
+
+def test_provenance_never_calls_an_unchecked_value_trusted() -> None:
+    from tether.web.pages import provenance_rows
+
+    rows = provenance_rows(
+        [
+            # check "any": nothing of it was looked at, though its trust reads "none"
+            {
+                "argument": "repo",
+                "value": "acme/infra",
+                "trusted": True,
+                "trust": "none",
+                "checked": False,
+            },
+            {
+                "argument": "to",
+                "value": "a@evil.example",
+                "trusted": False,
+                "trust": "untrusted",
+                "checked": True,
+                "identifier": "evil.example",
+                "tool": "read_email",
+                "call_id": "c-2",
+            },
+            {
+                "argument": "name",
+                "value": "infra-prod",
+                "trusted": False,
+                "trust": "unknown",
+                "checked": True,
+            },
+        ]
+    )
+    assert (rows[0]["verdict"], rows[0]["kind"]) == ("not checked", "unchecked")
+    assert rows[1]["part"] == "evil.example" and "read_email" in rows[1]["verdict"]
+    assert rows[2]["verdict"].startswith("untrusted") and rows[2]["kind"] == "untrusted"
+    assert not any("trusted" == r["verdict"] for r in rows)

@@ -40,9 +40,12 @@ def provenance_verdict(p: Mapping[str, Any]) -> tuple[str, str]:
     if trust == "trusted":
         return "checked: in the user's request or a trusted record", "trusted"
     if trust == "none":
-        return "checked: holds no identifier to trace", "trusted"
+        return "checked: nothing in it to trace (no identifier)", "none"
     if trust == "unknown":
-        return "untrusted: in no trusted input (not in the user's request)", "untrusted"
+        return (
+            "untrusted: in nothing this run has seen (made up, or changed past matching)",
+            "untrusted",
+        )
     where = p.get("tool")
     if where:
         return f"untrusted: first seen in the output of {where} (call {p.get('call_id')})", (
