@@ -293,4 +293,4 @@ def test_provenance_never_calls_an_unchecked_value_trusted() -> None:
     assert (rows[0]["verdict"], rows[0]["kind"]) == ("not checked", "unchecked")
     assert rows[1]["part"] == "evil.example" and "read_email" in rows[1]["verdict"]
     assert rows[2]["verdict"].startswith("untrusted") and rows[2]["kind"] == "untrusted"
-    assert not any("trusted" == r["verdict"] for r in rows)
+    assert not any(r["verdict"] == "trusted" for r in rows)
