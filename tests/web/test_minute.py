@@ -294,3 +294,35 @@ def test_provenance_never_calls_an_unchecked_value_trusted() -> None:
     assert rows[1]["part"] == "evil.example" and "read_email" in rows[1]["verdict"]
     assert rows[2]["verdict"].startswith("untrusted") and rows[2]["kind"] == "untrusted"
     assert not any(r["verdict"] == "trusted" for r in rows)
+
+
+def test_a_sealed_link_says_what_it_was_sent_for_and_a_crafted_one_is_named(
+    store: SQLiteStore,
+) -> None:
+    from tether.gate.links import approval_link, link_seal
+
+    token = approver(store, "alice", "acme")
+    aid = propose(store)
+    with store.read() as tx:
+        approval = tx.get_approval(aid)
+    assert approval is not None
+    seal = link_seal(store.keys, aid, approval.expires_at)
+    link = approval_link("http://localhost", aid, seal)
+    assert link is not None and "?link=" in link
+    path = link.removeprefix("http://localhost")
+    with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
+        page = client.get(path, headers=CROSS_SITE).text
+        assert "tether sent you this link" in page and "refund" in page
+        for crafted in (
+            f"/approvals/{aid}?link=9999999999.forged:00",
+            f"/approvals/{aid}?link=1.{(seal or '').partition('.')[2]}",  # past its end
+        ):
+            assert "not made by tether" in client.get(crafted).text
+        # The seal opens nothing: sign-in still decides, and then lands on the approval.
+        r = client.post(
+            form_action(page),
+            data={"token": token, "csrf": csrf(page)},
+            follow_redirects=False,
+        )
+        assert r.headers["location"] == path
+        assert 'id="approve"' in client.get(path).text

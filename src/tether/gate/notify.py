@@ -38,6 +38,8 @@ from typing import Any, Literal
 from tether.core.approvals import Approval
 from tether.core.digest import canonical_json
 from tether.errors import ConfigurationError
+from tether.evidence.keys import AuditKeys
+from tether.gate.links import approval_link, link_seal
 from tether.gate.slack_message import slack_blocks, slack_code
 from tether.store.base import Store
 from tether.store.rows import NotificationRecord
@@ -186,16 +188,17 @@ def verify_signature(
     )
 
 
-def approval_link(base_url: str | None, approval_id: str) -> str | None:
-    return None if not base_url else f"{base_url.rstrip('/')}/approvals/{approval_id}"
-
-
 def render(
-    notification: NotificationRecord, webhook: Webhook, base_url: str | None, now: float
+    notification: NotificationRecord,
+    webhook: Webhook,
+    base_url: str | None,
+    now: float,
+    keys: AuditKeys | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of one delivery."""
+    """The body and headers of one delivery (its link sealed with ``keys``, if given)."""
     about = json.loads(notification.record_json)["about"]
-    link = approval_link(base_url, about["approval_id"])
+    seal = link_seal(keys, about["approval_id"], float(about["expires_at"]))
+    link = approval_link(base_url, about["approval_id"], seal)
     headers = {"Content-Type": "application/json", ID_HEADER: notification.notification_id}
     if webhook.format == "slack":
         c = slack_code
@@ -318,7 +321,7 @@ class Sender:
         for webhook in self.webhooks:
             if webhook.key in served:
                 continue
-            body, headers = render(row, webhook, self.base_url, self.clock())
+            body, headers = render(row, webhook, self.base_url, self.clock(), self.store.keys)
             try:
                 self.deliver(webhook.url, body, headers, self.timeout_s)
             except OSError as e:

@@ -10,6 +10,7 @@ approval, and one who is not signs in from the form and lands there too (the tar
 a validated path of this inbox, never a URL)."""
 
 # No ``from __future__ import annotations``, as in ``api``: FastAPI reads the annotations.
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tether.core.principal import Identity
 from tether.errors import CredentialRefused
+from tether.gate.links import link_is_sound
 from tether.identity import authenticate
 from tether.web.auth import (
     COOKIE,
@@ -35,6 +37,7 @@ from tether.web.context import Site, client_key, https_site, peer_of
 from tether.web.triage import safe_next
 
 Handler = Callable[[Session, Identity], Response]
+_APPROVAL_PATH = re.compile(r"/approvals/([A-Za-z0-9_.~\-]{1,200})")
 FormHandler = Callable[[Session, Identity, Mapping[str, str]], Response]
 
 
@@ -126,8 +129,37 @@ class Door:
             target if cross and COOKIE not in request.cookies and request.method == "GET" else None
         )
         action = "/signin" if target == "/" else f"/signin?next={quote(target, safe='/')}"
-        context = {"error": error, "action": action, "next": target, "refresh": refresh}
+        context = {
+            "error": error,
+            "action": action,
+            "next": target,
+            "refresh": refresh,
+            "sent": self.sent_for(request),
+        }
         return self.page(request, session, None, "signin.html", context, status)
+
+    def sent_for(self, request: Request) -> dict[str, Any] | None:
+        """What a notification's sealed link says (``tether.gate.links``), for the sign-in
+        page: the approval it was made for, or that it is not sound (crafted, or expired)."""
+        found = _APPROVAL_PATH.fullmatch(request.url.path)
+        value = request.query_params.get("link")
+        if found is None or value is None:
+            return None
+        store, approval_id = self.site.store, found.group(1)
+        if not link_is_sound(store.keys, approval_id, value, self.site.config.clock()):
+            return {"sound": False}
+        with store.read() as tx:
+            approval = tx.get_approval(approval_id)
+        if approval is None:
+            return {"sound": False}
+        # No more than the notification itself said.
+        return {
+            "sound": True,
+            "tool": approval.tool,
+            "tenant": approval.tenant,
+            "requester": approval.actor,
+            "expires_at": approval.expires_at,
+        }
 
     async def signed_in(self, request: Request, handler: Handler) -> Response:
         """Run ``handler`` for the signed-in approver, or show the sign-in page."""
