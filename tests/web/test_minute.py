@@ -158,6 +158,8 @@ def test_rows_carry_what_triage_needs_and_filter(store: SQLiteStore) -> None:
         assert refund in only and wipe not in only
         assert wipe in client.get("/?tenant=globex").text
         assert refund not in client.get("/?tool=delete_account").text
+        found = client.get("/?q=a-9").text  # text anywhere in a row, any case
+        assert wipe in found and refund not in found
 
 
 def test_an_irreversible_call_needs_its_name_typed(store: SQLiteStore) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tether.core.approvals import Approval
 
 ErrorPage = Callable[[Request, WebError], Response]
-FILTERS = ("tier", "tool", "run", "tenant", "sort")
+FILTERS = ("tier", "tool", "run", "tenant", "q", "sort")
 
 
 def provenance_verdict(p: Mapping[str, Any]) -> tuple[str, str]:

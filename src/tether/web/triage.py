@@ -68,7 +68,8 @@ def tier_rank(tier: str | None) -> int:
 def filtered(
     rows: Sequence[Mapping[str, Any]], query: Mapping[str, str]
 ) -> list[Mapping[str, Any]]:
-    """``rows`` that match every filter in ``query`` (tier, tool, run, tenant), sorted by
+    """``rows`` that match every filter in ``query`` (tier, tool, run, tenant, and ``q``:
+    text anywhere in the row), sorted by
     ``query["sort"]`` (soonest expiry first by default)."""
     wanted = {
         "risk": query.get("tier") or None,
@@ -77,6 +78,9 @@ def filtered(
         "tenant": query.get("tenant") or None,
     }
     out = [r for r in rows if all(v is None or r.get(k) == v for k, v in wanted.items())]
+    text = (query.get("q") or "").strip().casefold()
+    if text:  # words anywhere in what a row shows
+        out = [r for r in out if text in _searchable(r)]
     order = query.get("sort") if query.get("sort") in SORTS else "expires"
     if order == "newest":
         out.sort(key=lambda r: -float(r["created_at"]))
@@ -87,6 +91,11 @@ def filtered(
     else:
         out.sort(key=lambda r: float(r["expires_at"]))
     return out
+
+
+def _searchable(row: Mapping[str, Any]) -> str:
+    keys = ("tool", "resource", "summary", "why", "requester", "tenant", "run_id")
+    return " ".join(str(row.get(k, "")) for k in keys).casefold()
 
 
 def choices(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
