@@ -154,9 +154,19 @@ def above_the_fold(page: Page, selector: str) -> None:
     assert box is not None and box["y"] + box["height"] <= height, box
 
 
-def chat_link(page: Page, inbox: Inbox, approval_id: str) -> None:
-    """Click the approval's link in a message on another site (a cross-site navigation)."""
-    link = f"{inbox.url}/approvals/{approval_id}"
+def chat_link(page: Page, inbox: Inbox, approval_id: str, sealed: bool = False) -> str:
+    """Click the approval's link in a message on another site (a cross-site navigation);
+    the link, sealed as notifications seal it if ``sealed``."""
+    from tether.gate.links import approval_link, link_seal
+
+    seal = None
+    if sealed:
+        with inbox.store.read() as tx:
+            approval = tx.get_approval(approval_id)
+        assert approval is not None
+        seal = link_seal(inbox.store.keys, approval_id, approval.expires_at)
+    link = approval_link(inbox.url, approval_id, seal)
+    assert link is not None
 
     def chat(route: Any) -> None:
         route.fulfill(
@@ -173,6 +183,7 @@ def chat_link(page: Page, inbox: Inbox, approval_id: str) -> None:
     page.wait_for_url(link)
     page.wait_for_function("!document.querySelector('meta[http-equiv=refresh]')")
     page.wait_for_load_state()
+    return link
 
 
 def test_a_notification_link_leads_to_the_decision(page: Page, inbox: Inbox) -> None:
@@ -191,11 +202,14 @@ def test_a_notification_link_leads_to_the_decision(page: Page, inbox: Inbox) -> 
     # Not signed in: the sign-in form, then the approval itself (not the inbox's front).
     page.context.clear_cookies()
     aid = propose(inbox.store, amount=32)
-    chat_link(page, inbox, aid)
+    link = chat_link(page, inbox, aid, sealed=True)
+    expect(page.locator("#sent")).to_contain_text("tether sent you this link")
+    no_sideways_scroll(page)
+    shot(page, "link-sign-in")
     page.fill("#token", inbox.alice)
     page.click("form[action^='/signin'] button")
     expect(page.locator("#approve")).to_be_visible()
-    assert page.url == f"{inbox.url}/approvals/{aid}"
+    assert page.url == link
     above_the_fold(page, "#approve")
     shot(page, "link-after-sign-in")
     page.click("#approve")
