@@ -77,8 +77,7 @@ def test_the_target_is_a_path_of_this_inbox_never_another_site(store: SQLiteStor
         "/signout",
         "",
     ):
-        assert safe_next(bad) in ("/", bad) and not safe_next(bad).startswith("//")
-        assert safe_next(bad) == "/" or bad.startswith("/%0d")
+        assert safe_next(bad) == "/", bad
     assert safe_next("/approvals/apr-1") == "/approvals/apr-1"
     token = approver(store, "alice", "acme")
     with TestClient(create_app(WebConfig(store)), base_url=LOCAL) as client:
