@@ -37,6 +37,12 @@ def refund(
     return {"refunded": amount, "order_id": order_id}
 
 
+@registry.tool(risk=Risk.IRREVERSIBLE)
+def delete_account(account_id: str) -> dict[str, Any]:
+    """Delete a customer's account and all its data, for good."""
+    return {"deleted": account_id}
+
+
 POLICY = Policy(version="inbox-1", approvers=frozenset({"alice", "bob"}))
 AGENT = Principal(subject="agent-7", tenant="acme")
 
@@ -63,6 +69,30 @@ def propose(
         gate.call(
             run_id, ToolCall(call_id=f"c-{time.monotonic_ns()}", tool="refund", arguments=args)
         )
+    except ApprovalRequired as signal:
+        return signal.approval_id
+    raise AssertionError("the policy should have asked for approval")
+
+
+def propose_call(
+    store: Store,
+    tool: str,
+    arguments: dict[str, Any],
+    tenant: str = "acme",
+    run_id: str | None = None,
+    request: str | None = None,
+) -> str:
+    """A pending approval for any tool of the app (in run ``run_id`` if given, whose user
+    asked ``request`` if given); its id."""
+    gate = Gate(registry, POLICY, store)
+    run = gate.start_run(replace(AGENT, tenant=tenant), run_id=run_id)
+    if request is not None:  # as the run loop records the user's words
+        import json
+
+        with store.transaction() as tx:
+            tx.append_message(run, 1, json.dumps({"role": "user", "content": request}))
+    try:
+        gate.call(run, ToolCall(call_id=f"c-{time.monotonic_ns()}", tool=tool, arguments=arguments))
     except ApprovalRequired as signal:
         return signal.approval_id
     raise AssertionError("the policy should have asked for approval")

@@ -173,13 +173,14 @@ def test_sign_in_and_see_a_new_approval_arrive_live(tab: Tab, server: Server) ->
 
     page = tab.page
     page.goto(server.url + "/")
-    before = {c["name"]: c for c in page.context.cookies()}["tether_session"]
+    before = {c["name"]: c for c in page.context.cookies()}
+    assert "tether_session" not in before  # a visitor holds no session, only a nonce
     page.fill("#token", "tth_cred-0123456789abcdef_" + "z" * 43)
     page.click("form[action='/signin'] button")
     expect(page.locator("#error")).to_contain_text("not accepted")
     sign_in(page, server)
     after = {c["name"]: c for c in page.context.cookies()}["tether_session"]
-    assert after["value"] != before["value"]  # a new session id at sign-in
+    assert after["value"] != before["tether_visitor"]["value"]  # a new session id at sign-in
     assert after["httpOnly"] and after["sameSite"] == "Strict"
     expect(page.locator("header .who")).to_have_text("alice")
     aid = propose(server.store, amount=77)  # while the page is open, without reloading it

@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import Backend
 from tests.web.inbox_app import propose
 from tether import SQLiteStore
+from tether.gate.links import link_is_sound
 from tether.gate.notify import (
     ID_HEADER,
     SIGNATURE_HEADER,
@@ -125,7 +126,11 @@ def test_every_notification_arrives_signed_exactly_once(tmp_path: Path, receiver
         assert len(receiver.requests) == 3 * 3
         for nid, payload in delivered.items():
             approval_id = nid.removeprefix("ntf-")
-            assert payload["link"] == f"https://inbox.example/approvals/{approval_id}"
+            # The approval's page, with the seal that shows tether made the link.
+            link, _, seal = str(payload["link"]).partition("?link=")
+            assert link == f"https://inbox.example/approvals/{approval_id}"
+            assert link_is_sound(store.keys, approval_id, seal, time.time())
+            assert not link_is_sound(store.keys, "apr-other", seal, time.time())
             assert payload["approval"]["approval_id"] == approval_id  # type: ignore[index]
         assert all(n.attempts == 3 for n in store.list_notifications())
         sender.send_due()
@@ -170,7 +175,8 @@ def test_slack_gets_its_own_format_with_the_link(tmp_path: Path) -> None:
         ((headers, body, _),) = receiver.requests
         message = json.loads(body)
         text = message["text"]
-        assert text.endswith(f" <https://i.example/approvals/{aid}|Review it in the inbox>")
+        assert f" <https://i.example/approvals/{aid}?link=" in text
+        assert text.endswith("|Review it in the inbox>")
         assert "`refund`" in text and "`acme`" in text and "`agent-7`" in text
         for injected in ("evil", "URGENT", "channel", "Approve here"):
             assert injected not in text
@@ -182,7 +188,7 @@ def test_slack_gets_its_own_format_with_the_link(tmp_path: Path) -> None:
 
 
 def test_slack_fields_cannot_leave_their_code_span() -> None:
-    from tether.gate.notify import _slack_code
+    from tether.gate.slack_message import slack_code as _slack_code
 
     assert _slack_code("a`<b|c>`&\n*x*") == "`a'&lt;b|c&gt;'&amp; *x*`"
     assert len(_slack_code("x" * 500)) == 102

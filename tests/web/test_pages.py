@@ -13,7 +13,7 @@ from tests.web.inbox_app import APP, LOCAL, approver, csrf, propose, registry, s
 from tether import SQLiteStore
 from tether.identity import revoke_identity
 from tether.web.app import WebConfig, create_app
-from tether.web.auth import COOKIE, ProxyAuth, Sessions
+from tether.web.auth import COOKIE, ProxyAuth, Session, Sessions
 from tether.web.context import make_templates
 from tether.web.forms import form_fields, read_form
 from tether.web.pages import provenance_rows
@@ -43,8 +43,8 @@ def test_signing_out_ends_the_session(store: SQLiteStore) -> None:
         form = signed_in(client, token)
         old = client.cookies[COOKIE]
         client.post("/signout", data={"csrf": form})
-        assert client.cookies[COOKIE] != old
-        assert "Sign in to approve" in client.get("/").text
+        assert client.cookies.get(COOKIE) != old
+        assert "Sign in to approve" in client.get("/", headers={"Cookie": f"{COOKIE}={old}"}).text
 
 
 def test_failed_sign_ins_are_limited(store: SQLiteStore) -> None:
@@ -56,33 +56,71 @@ def test_failed_sign_ins_are_limited(store: SQLiteStore) -> None:
             codes.append(client.post("/signin", data={"token": "nope", "csrf": form}).status_code)
         assert codes == [401, 401, 401, 429]
         form = csrf(client.get("/").text)
-        # Even the right credential waits: the limit is on the address, not the guess.
-        assert client.post("/signin", data={"token": token, "csrf": form}).status_code == 429
+        # The right credential is not locked out by the failures of others at the address:
+        # only refused credentials are slowed (a guess at 256 random bits is never right).
+        r = client.post("/signin", data={"token": token, "csrf": form})
+        assert r.status_code == 200 and "Waiting for you" in r.text
 
 
 def test_sessions_rotate_and_expire() -> None:
     now = [1000.0]
-    sessions = Sessions(ttl_s=100, idle_s=30, rotate_s=20, clock=lambda: now[0])
-    anonymous = sessions.current(None)
-    alice = sessions.sign_in(anonymous, "cred-1")
-    assert alice.sid != anonymous.sid and alice.csrf != anonymous.csrf
+    sessions = Sessions(ttl_s=100, idle_s=30, rotate_s=20, grace_s=5, clock=lambda: now[0])
+    visitor = sessions.visitor(None)
+    assert visitor.sid == "" and sessions.current(None) is None  # a visitor stores nothing
+    assert sessions.visitor(visitor.nonce).csrf == visitor.csrf  # the nonce makes the token
+    alice = sessions.sign_in("cred-1")
+    assert alice.sid and alice.csrf != visitor.csrf
     now[0] += 10
-    assert sessions.current(alice.sid).sid == alice.sid
+    assert found(sessions, alice.sid).sid == alice.sid
     now[0] += 15  # past rotate_s: a new id, the same sign-in and CSRF token
-    rotated = sessions.current(alice.sid)
+    rotated = found(sessions, alice.sid)
     assert rotated.sid != alice.sid and rotated.credential_id == "cred-1"
     assert rotated.csrf == alice.csrf
-    assert sessions.current(alice.sid).credential_id is None  # the old id is gone
+    # Within the grace the old id still answers, as the new session (a request in flight).
+    now[0] += 4
+    assert found(sessions, alice.sid).sid == rotated.sid
+    now[0] += 2
+    assert sessions.current(alice.sid) is None  # past the grace, the old id is gone
     now[0] += 31  # idle too long
-    assert sessions.current(rotated.sid).credential_id is None
+    assert sessions.current(rotated.sid) is None
     # Used all along, rotated again and again, it still ends ttl_s after it began.
-    kept = sessions.sign_in(sessions.current(None), "cred-2")
+    kept = sessions.sign_in("cred-2")
     for _ in range(9):
         now[0] += 11
-        kept = sessions.current(kept.sid)
+        kept = found(sessions, kept.sid)
         assert kept.credential_id == "cred-2"
     now[0] += 11  # 110 s since it began
-    assert sessions.current(kept.sid).credential_id is None
+    assert sessions.current(kept.sid) is None
+
+
+def test_an_open_live_page_keeps_its_session_up_to_its_ttl() -> None:
+    now = [1000.0]
+    sessions = Sessions(ttl_s=100, idle_s=30, rotate_s=1000, clock=lambda: now[0])
+    alice = sessions.sign_in("cred-1")
+    for _ in range(8):  # the stream's heartbeat, 80 s without any other request
+        now[0] += 10
+        assert sessions.touch(alice.sid) is not None
+    assert sessions.ends_at(found(sessions, alice.sid)) == 1100.0
+    now[0] += 25  # the heartbeat is bounded: past ttl_s the session ends, open or not
+    assert sessions.touch(alice.sid) is None
+
+
+def test_ten_thousand_cookieless_requests_evict_no_open_sign_in_form(store: SQLiteStore) -> None:
+    token = approver(store, "alice", "acme")
+    app = create_app(WebConfig(store))
+    with TestClient(app, base_url=LOCAL) as waiting, TestClient(app, base_url=LOCAL) as flood:
+        form = csrf(waiting.get("/").text)  # a sign-in form left open
+        for _ in range(10_000):
+            flood.cookies.clear()
+            assert flood.get("/signin").status_code == 200
+        r = waiting.post("/signin", data={"token": token, "csrf": form})
+        assert r.status_code == 200 and "Waiting for you" in r.text
+
+
+def found(sessions: Sessions, sid: str) -> Session:
+    session = sessions.current(sid)
+    assert session is not None
+    return session
 
 
 def test_the_proxy_header_is_believed_only_from_the_proxy(store: SQLiteStore) -> None:
@@ -150,8 +188,9 @@ def test_provenance_is_rendered_as_text_when_present() -> None:
     assert rows[1] == {
         "argument": "amount",
         "value": "<b>400</b>",
-        "source": "read_email · c-3",
-        "trusted": False,
+        "part": None,
+        "verdict": "untrusted: first seen in the output of read_email (call c-3)",
+        "kind": "untrusted",
     }
     html = render_approval(rows)
     assert 'id="provenance"' in html
@@ -184,6 +223,8 @@ def render_approval(provenance: list[dict[str, object]]) -> str:
         "replaces": None,
         "redacted": [],
         "can_decide": False,
+        "requester": "agent-7",
+        "tool_info": None,
     }
     return (
         make_templates()
@@ -200,6 +241,12 @@ def render_approval(provenance: list[dict[str, object]]) -> str:
             csrf="t",
             notice=None,
             error=None,
+            session_ends=None,
+            idle_s=1800,
+            turns=[],
+            confirm=False,
+            previous=None,
+            following=None,
         )
     )
 

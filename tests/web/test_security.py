@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from tests.web.inbox_app import APP, LOCAL, approver, csrf, propose, signed_in
 from tether import SQLiteStore
 from tether.web.app import WebConfig, create_app
-from tether.web.auth import COOKIE, ProxyAuth, limiter_key
+from tether.web.auth import COOKIE, VISITOR_COOKIE, ProxyAuth, limiter_key
 from tether.web.hosts import allowed_hosts, host_name
 
 
@@ -104,7 +104,8 @@ def test_behind_a_proxy_that_rewrites_host_the_public_origin_may_post(
     aid = propose(store)
     # The proxy sends Host: 127.0.0.1:8700; the browser's Origin is the public address.
     config = WebConfig(store, base_url="https://Approvals.Corp:443/")
-    with TestClient(create_app(config), base_url="http://127.0.0.1:8700") as client:
+    # (https to the proxy: with an https base URL the cookies are Secure.)
+    with TestClient(create_app(config), base_url="https://127.0.0.1:8700") as client:
         form = signed_in(client, token)
         url = f"/approvals/{aid}/approve"
         for other in ("https://approvals.corp:8443", "http://approvals.corp", "https://evil.corp"):
@@ -176,13 +177,15 @@ def test_a_planted_session_id_is_not_signed_in_by_its_victim(store: SQLiteStore)
     app = create_app(WebConfig(store))
     with TestClient(app, base_url=LOCAL) as attacker, TestClient(app, base_url=LOCAL) as victim:
         attacker.get("/")
-        planted = attacker.cookies[COOKIE]
-        # The victim's browser is made to hold it (the server then sets it again, as its own).
-        victim.get("/", headers={"Cookie": f"{COOKIE}={planted}"})
-        assert victim.cookies[COOKIE] == planted
+        # Not signed in, the attacker holds no session id at all: only a visitor's nonce.
+        assert COOKIE not in attacker.cookies
+        planted = attacker.cookies[VISITOR_COOKIE]
+        # The victim's browser is made to hold it; signing in makes a session of its own.
+        victim.get("/", headers={"Cookie": f"{VISITOR_COOKIE}={planted}"})
         signed_in(victim, token)
-        assert victim.cookies[COOKIE] != planted
-        assert "Sign in to approve" in attacker.get("/").text  # the planted id signs no one in
+        assert victim.cookies[COOKIE] not in (planted, "")
+        attacker.cookies.set(COOKIE, planted)
+        assert "Sign in to approve" in attacker.get("/").text  # the planted value signs no one in
 
 
 def test_signing_out_needs_the_csrf_token(store: SQLiteStore) -> None:
@@ -254,7 +257,9 @@ def test_the_sign_in_limiter_counts_the_client_behind_the_proxy(store: SQLiteSto
     with TestClient(app, base_url=LOCAL, client=("10.0.0.7", 5000)) as via_proxy:
         assert codes(via_proxy, "203.0.113.5", 3) == [401, 401, 429]
         # Another person behind the same proxy is not locked out by the first one.
-        assert codes(via_proxy, "203.0.113.6", 1) == [401]
+        other = {"Authorization": "Bearer tth_cred-1111111111111111_" + "y" * 43}
+        r = via_proxy.get("/api/approvals", headers={**other, "X-Forwarded-For": "203.0.113.6"})
+        assert r.status_code == 401
         # The client's own line first, the proxy's after it: the proxy's is the one counted.
         for n in range(3):
             headers = [
@@ -264,7 +269,9 @@ def test_the_sign_in_limiter_counts_the_client_behind_the_proxy(store: SQLiteSto
             ]
             last = via_proxy.get("/api/approvals", headers=headers).status_code
         assert last == 429
-    # Not from the proxy, the header is the client's own text: rotating it does not help.
+    # Not from the proxy, the header is the client's own text: rotating it does not help
+    # (another wrong credential: the first one is slowed wherever it comes from).
+    wrong = {"Authorization": "Bearer tth_cred-2222222222222222_" + "y" * 43}
     with TestClient(app, base_url=LOCAL, client=("192.0.2.9", 5000)) as direct:
         assert [codes(direct, f"198.51.100.{n}", 1)[0] for n in range(3)] == [401, 401, 429]
 

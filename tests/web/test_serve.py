@@ -89,8 +89,9 @@ def test_serve_resumes_a_run_decided_through_the_api(tmp_path: Path) -> None:
         while nid not in receiver.delivered():
             assert time.monotonic() < deadline, receiver.requests
             time.sleep(0.1)
-        link = receiver.delivered()[nid]["link"]
-        assert link == f"https://inbox.example/approvals/{pending['approval_id']}"
+        link = str(receiver.delivered()[nid]["link"])
+        # The approval's page, sealed (tether.gate.links) with the store's key.
+        assert link.startswith(f"https://inbox.example/approvals/{pending['approval_id']}?link=")
         deadline = time.monotonic() + 30
         while True:
             shown = json.loads(

@@ -17,6 +17,17 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 SECRET_ENV = "TETHER_WEBHOOK_SECRET"
+SLACK_SECRET_ENV = "TETHER_SLACK_SIGNING_SECRET"
+
+
+def parse_slack_users(values: tuple[str, ...]) -> dict[str, str]:
+    links = {}
+    for value in values:
+        slack_id, sep, name = value.partition("=")
+        if not sep or not slack_id.strip() or not name.strip():
+            raise click.UsageError(f"--slack-user {value!r} must read SLACK_ID=APPROVER_NAME")
+        links[slack_id.strip()] = name.strip()
+    return links
 
 
 def webhook_options(f: F) -> F:
@@ -104,6 +115,15 @@ def make_webhooks(webhooks: tuple[str, ...], slack: tuple[str, ...]) -> list[Web
 @click.option(
     "--secure-cookies", is_flag=True, help="Mark the session cookie Secure (behind https)."
 )
+@click.option(
+    "--slack-user",
+    "slack_users",
+    multiple=True,
+    help=(
+        "Link a Slack user to a registered approver, SLACK_ID=NAME (repeatable): only linked "
+        "users decide from Slack's buttons, as that approver. Needs $TETHER_SLACK_SIGNING_SECRET."
+    ),
+)
 @webhook_options
 def serve(
     db: str,
@@ -115,6 +135,7 @@ def serve(
     trusted_proxies: tuple[str, ...],
     allowed_hosts: tuple[str, ...],
     secure_cookies: bool,
+    slack_users: tuple[str, ...],
     webhooks: tuple[str, ...],
     slack_webhooks: tuple[str, ...],
     base_url: str | None,
@@ -139,6 +160,13 @@ def serve(
     if proxy_header and not trusted_proxies:
         raise click.UsageError("--proxy-header needs --trusted-proxy: whose header to believe")
     proxy = ProxyAuth.parse(proxy_header, trusted_proxies) if trusted_proxies else None
+    slack_secret = os.environ.get(SLACK_SECRET_ENV, "").encode() or None
+    links = parse_slack_users(slack_users)
+    if links and not slack_secret:
+        raise click.UsageError(
+            f"--slack-user needs ${SLACK_SECRET_ENV} (the Slack app's signing secret), or no "
+            "Slack request could be checked"
+        )
     hooks = make_webhooks(webhooks, slack_webhooks)
     if base_url:
         check_base_url(base_url)
@@ -165,6 +193,9 @@ def serve(
         allowed_hosts=hosts,
         base_url=base_url,
         secure_cookies=secure_cookies,
+        resumes_runs=resume_runs,
+        slack_signing_secret=slack_secret,
+        slack_users=links,
     )
     app = create_app(config)
     for thread, _ in background:
@@ -220,6 +251,12 @@ def notify(
     hooks = make_webhooks(webhooks, slack_webhooks)
     if base_url:
         check_base_url(base_url)
+    else:
+        click.echo(
+            "warning: no --base-url (or $TETHER_INBOX_URL): notifications will carry no link "
+            "to the approval; give the inbox's public address",
+            err=True,
+        )
     if not hooks:
         raise click.UsageError(
             "say where to deliver: --webhook URL (with $TETHER_WEBHOOK_SECRET) or "

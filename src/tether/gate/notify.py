@@ -38,6 +38,9 @@ from typing import Any, Literal
 from tether.core.approvals import Approval
 from tether.core.digest import canonical_json
 from tether.errors import ConfigurationError
+from tether.evidence.keys import AuditKeys
+from tether.gate.links import approval_link, link_seal
+from tether.gate.slack_message import slack_blocks, slack_code
 from tether.store.base import Store
 from tether.store.rows import NotificationRecord
 
@@ -157,41 +160,48 @@ def verify_signature(
     *,
     tolerance_s: float = 300.0,
     now: float | None = None,
+    notification_id: str | None = None,
 ) -> bool:
     """What a receiver checks: the body is the one tether signed at ``timestamp``, and that
     was at most ``tolerance_s`` ago (or ahead, for clock skew), so an old delivery replayed
     is refused. Compares in constant time (``hmac.compare_digest``): a receiver writing its
     own check must too, or the time the comparison takes leaks the signature byte by byte.
-    Deduplicate on the notification id as well: a retry is a new, validly signed delivery."""
+    Deduplicate on the notification id as well: a retry is a new, validly signed delivery.
+    Pass the ``X-Tether-Notification-Id`` header as ``notification_id``: it is then covered
+    by the signature too (it must be the signed body's ``id``), so a forged header cannot
+    make a receiver drop a real notification as a duplicate."""
     if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
         return False  # tether sends whole seconds; "nan" would pass any age comparison
     at = float(timestamp)
     if abs((time.time() if now is None else now) - at) > tolerance_s:
         return False
-    return hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode())
-
-
-def approval_link(base_url: str | None, approval_id: str) -> str | None:
-    return None if not base_url else f"{base_url.rstrip('/')}/approvals/{approval_id}"
-
-
-def _slack_code(text: object) -> str:
-    """``text`` as Slack inline code: not formatted, not linked. A backtick would end the
-    code span, and <, >, & are Slack's control characters: gone or escaped."""
-    clean = str(text).replace("`", "'").replace("\n", " ")
-    clean = clean.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return f"`{clean[:100]}`"
+    if not hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode()):
+        return False
+    if notification_id is None:
+        return True
+    try:
+        signed_id = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(signed_id, str) and hmac.compare_digest(
+        signed_id.encode(), notification_id.encode("utf-8", "replace")
+    )
 
 
 def render(
-    notification: NotificationRecord, webhook: Webhook, base_url: str | None, now: float
+    notification: NotificationRecord,
+    webhook: Webhook,
+    base_url: str | None,
+    now: float,
+    keys: AuditKeys | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of one delivery."""
+    """The body and headers of one delivery (its link sealed with ``keys``, if given)."""
     about = json.loads(notification.record_json)["about"]
-    link = approval_link(base_url, about["approval_id"])
+    seal = link_seal(keys, about["approval_id"], float(about["expires_at"]))
+    link = approval_link(base_url, about["approval_id"], seal)
     headers = {"Content-Type": "application/json", ID_HEADER: notification.notification_id}
     if webhook.format == "slack":
-        c = _slack_code
+        c = slack_code
         # No resource: it is made from the call's arguments (see the module's docstring).
         text = (
             f"Approval needed: {c(about['tool'])} in tenant {c(about['tenant'])}, "
@@ -199,7 +209,12 @@ def render(
         )
         if link:
             text += f" <{link}|Review it in the inbox>"
-        message = {"text": text, "unfurl_links": False, "unfurl_media": False}
+        message = {
+            "text": text,
+            "blocks": slack_blocks(text, about["approval_id"], link),
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
         return json.dumps(message).encode(), headers
     body = canonical_json(
         {
@@ -306,7 +321,7 @@ class Sender:
         for webhook in self.webhooks:
             if webhook.key in served:
                 continue
-            body, headers = render(row, webhook, self.base_url, self.clock())
+            body, headers = render(row, webhook, self.base_url, self.clock(), self.store.keys)
             try:
                 self.deliver(webhook.url, body, headers, self.timeout_s)
             except OSError as e:

@@ -15,6 +15,7 @@ from tether.core.approvals import ApprovalStatus
 from tether.core.principal import Identity
 from tether.errors import CredentialRefused
 from tether.identity import authenticate
+from tether.web.auth import credential_key
 from tether.web.context import MAX_REASON, Site, client_key
 from tether.web.service import ID_PATTERN, WebError
 
@@ -57,7 +58,13 @@ class ApprovalOut(BaseModel):
     replaced_by: str | None = None
     replaces: str | None = None
     reasons: list[str] = Field(description="Why the policy asked for approval.")
-    risk: str | None = None
+    reason_asked: str = Field(description="The first reason, in one line (for a list).")
+    risk: str | None = Field(
+        default=None, description="The risk tier (read ... irreversible), if one decided."
+    )
+    summary: str = Field(description="The (masked) arguments in one line.")
+    requester: str = Field(description="Who requested the call (the run's principal).")
+    seconds_left: float = Field(description="Seconds until it expires (0: expired).")
     expired: bool
     can_decide: bool = Field(description="Whether the credential's holder may decide it now.")
     provenance: list[dict[str, Any]] | None = None
@@ -89,6 +96,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "no credential, or one not accepted"),
         (403, "not an approver of this tool, or the edit is denied by the policy"),
         (404, "no such approval in your tenants"),
+        (400, "the body is not JSON (code invalid_json)"),
         (409, "not pending any more, expired, or changed meanwhile"),
         (422, "the request or the edited arguments are not valid"),
         (429, "too many refused credentials from this address; wait"),
@@ -112,17 +120,25 @@ def add_api(api: FastAPI, site: Site) -> None:
                 "send an approver credential as 'Authorization: Bearer tth_…' "
                 "(make one with `tether approvers add NAME --tenant T`)",
             )
-        client = client_key(site, request)
-        if limiter.retry_after(client) is not None:
-            raise WebError(429, "rate_limited", "too many refused credentials; wait a minute")
+        # Counted per address and per credential named, and only refusals are slowed: a
+        # right credential is accepted whatever others sent from the same address.
+        keys = [client_key(site, request), credential_key(credentials.credentials)]
         try:
             return authenticate(store, credentials.credentials, "approver")
         except CredentialRefused as e:
-            limiter.failed(client)
+            if limiter.locked(keys) is not None:
+                raise WebError(
+                    429, "rate_limited", "too many refused credentials; wait a minute"
+                ) from None
+            for key in keys:
+                if key is not None:
+                    limiter.failed(key)
             raise WebError(401, "credential_refused", str(e)) from None
 
     def shown(who: Identity, approval: "Approval") -> ApprovalOut:
-        return ApprovalOut.model_validate(inbox.details(who, approval))
+        row = inbox.row(who, approval)
+        row.pop("tool_info", None)
+        return ApprovalOut.model_validate({**row, "reason_asked": row["why"]})
 
     approval_id_param = PathParam(min_length=1, max_length=200, pattern=ID_PATTERN)
 
@@ -132,7 +148,9 @@ def add_api(api: FastAPI, site: Site) -> None:
         status: Annotated[Status | None, Query(description="Only this status.")] = None,
         run_id: Annotated[str | None, Query(max_length=200, description="Only this run.")] = None,
     ) -> ApprovalList:
-        """The approvals of your tenants, newest first."""
+        """The approvals of your tenants that name you as an approver, newest first. A
+        pending approval past its expiry reads ``expired`` (and ``?status=expired`` finds
+        it), not ``pending``."""
         rows = inbox.visible(who, ApprovalStatus(status) if status else None, run_id)
         return ApprovalList(approvals=[shown(who, a) for a in rows])
 

@@ -19,12 +19,24 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.web.api import add_api
-from tether.web.context import HERE, BodyLimit, SecurityHeaders, Site, WebConfig, error_json
+from tether.web.context import (
+    HERE,
+    BodyLimit,
+    SecurityHeaders,
+    Site,
+    WebConfig,
+    error_json,
+    https_site,
+)
 from tether.web.hosts import HostGuard
 from tether.web.pages import add_pages
 from tether.web.service import WebError
+from tether.web.slack import add_slack
 
 __all__ = ["WebConfig", "create_app"]
+
+# The stable codes of what the framework refuses before a route runs (docs/reference.md).
+HTTP_CODES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
 
 
 def create_app(config: WebConfig) -> FastAPI:
@@ -44,6 +56,7 @@ def create_app(config: WebConfig) -> FastAPI:
     )
     api.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     add_api(api, site)
+    add_slack(api, site)
     error_page = add_pages(api, site)
 
     def is_api(request: Request) -> bool:
@@ -57,6 +70,8 @@ def create_app(config: WebConfig) -> FastAPI:
 
     async def on_invalid(request: Request, e: Exception) -> Response:
         assert isinstance(e, RequestValidationError)
+        if any(err.get("type") == "json_invalid" for err in e.errors()):
+            return error_json(WebError(400, "invalid_json", "The body is not valid JSON."))
         problems = [
             f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg')}"
             for err in e.errors()
@@ -65,8 +80,12 @@ def create_app(config: WebConfig) -> FastAPI:
 
     async def on_http(request: Request, e: Exception) -> Response:
         assert isinstance(e, StarletteHTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return await on_web_error(request, WebError(e.status_code, code, str(e.detail)))
+        code = HTTP_CODES.get(e.status_code, "http_error")
+        response = await on_web_error(request, WebError(e.status_code, code, str(e.detail)))
+        allow = (e.headers or {}).get("Allow")
+        if allow:  # a 405 says what the path does take
+            response.headers["Allow"] = allow
+        return response
 
     api.add_exception_handler(WebError, on_web_error)
     api.add_exception_handler(RequestValidationError, on_invalid)
@@ -74,5 +93,6 @@ def create_app(config: WebConfig) -> FastAPI:
     origins = [config.base_url] if config.base_url else []
     api.add_middleware(BodyLimit, limit=config.max_body_bytes)
     api.add_middleware(HostGuard, hosts=config.allowed_hosts, origins=origins)
-    api.add_middleware(SecurityHeaders)  # added last, so outermost: on HostGuard's refusals too
+    # Added last, so outermost: on HostGuard's refusals too.
+    api.add_middleware(SecurityHeaders, hsts=https_site(config))
     return api

@@ -6,14 +6,20 @@ SameSite=Strict cookie: nothing in the cookie means anything without the server,
 signs everyone out, and the credential itself is never kept (only its id, so a revoked
 credential ends its sessions at the next request). Signing in always issues a new session id
 (no fixation), an id older than ``rotate_s`` is replaced as it is used, and a session ends
-after ``idle_s`` without use or ``ttl_s`` in all.
+after ``idle_s`` without use or ``ttl_s`` in all. A replaced id keeps answering for
+``grace_s`` (as the new session), so requests already in flight when it was replaced, and a
+form posted from a page loaded before, still succeed.
 
-Every visitor gets a session, signed in or not, because every form (signing in too) carries
-the session's CSRF token, and a POST without the right one is refused.
+Only signing in makes a session. A visitor who is not signed in holds a separate cookie with
+a random nonce, and the sign-in form's CSRF token is an HMAC of that nonce under a key of
+this process (``Sessions.visitor``): nothing is stored for them, so a flood of cookie-less
+requests cannot evict anything, and a cross-site link (which arrives without the Strict
+session cookie) never overwrites the session the browser already holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import secrets
@@ -31,16 +37,23 @@ if TYPE_CHECKING:
     from tether.store import Store
 
 COOKIE = "tether_session"
+VISITOR_COOKIE = "tether_visitor"
 
 
 @dataclass(frozen=True)
 class Session:
-    sid: str
+    sid: str  # "" for a visitor who is not signed in (nothing is stored for them)
     csrf: str
     started_at: float  # when the session began: it ends ``ttl_s`` later, rotated or not
     issued_at: float  # when this id was issued: it is replaced ``rotate_s`` later
     last_seen: float
     credential_id: str | None = None  # None: not signed in
+    nonce: str = ""  # a visitor's: what their CSRF token is the HMAC of
+    fresh: bool = False  # a visitor's nonce made for this request: the response sets it
+
+    @property
+    def signed_in(self) -> bool:
+        return self.credential_id is not None
 
 
 @dataclass
@@ -50,13 +63,17 @@ class Sessions:
     ttl_s: float = 8 * 3600.0
     idle_s: float = 1800.0
     rotate_s: float = 900.0
+    grace_s: float = 60.0
     max_sessions: int = 10_000
     clock: Callable[[], float] = time.time
     _by_id: dict[str, Session] = field(default_factory=dict)
+    # A replaced id -> (the id that replaced it, until when it still answers).
+    _retired: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _new(
-        self, credential_id: str | None, csrf: str | None = None, started: float | None = None
+        self, credential_id: str, csrf: str | None = None, started: float | None = None
     ) -> Session:
         now = self.clock()
         session = Session(
@@ -76,50 +93,110 @@ class Sessions:
         for sid, s in list(self._by_id.items()):
             if not self._alive(s, now):
                 del self._by_id[sid]
-        # Still full (a flood of anonymous visitors): drop the oldest anonymous ones.
+        for old, (_, until) in list(self._retired.items()):
+            if now > until:
+                del self._retired[old]
+        # Still full: only sign-ins fill it (visitors store nothing); the least recently
+        # used one goes.
         while len(self._by_id) >= self.max_sessions:
-            anonymous = [s for s in self._by_id.values() if s.credential_id is None]
-            victim = min(anonymous or self._by_id.values(), key=lambda s: s.last_seen)
+            victim = min(self._by_id.values(), key=lambda s: s.last_seen)
             del self._by_id[victim.sid]
 
     def _alive(self, s: Session, now: float) -> bool:
         return now - s.started_at <= self.ttl_s and now - s.last_seen <= self.idle_s
 
-    def peek(self, sid: str | None) -> Session | None:
-        """The live session ``sid`` names, untouched: for a long-lived stream, which must
-        end with its session but neither keeps it alive nor rotates its id."""
-        with self._lock:
-            found = self._by_id.get(sid) if sid else None
-            return found if found is not None and self._alive(found, self.clock()) else None
+    def _find(self, sid: str | None, now: float) -> Session | None:
+        """The live session ``sid`` names, following a replaced id within its grace."""
+        if not sid:
+            return None
+        found = self._by_id.get(sid)
+        if found is None:
+            retired = self._retired.get(sid)
+            if retired is None:
+                return None
+            if now > retired[1]:
+                del self._retired[sid]
+                return None
+            found = self._by_id.get(retired[0])
+            if found is None:
+                return None
+        if not self._alive(found, now):
+            self._by_id.pop(found.sid, None)
+            return None
+        return found
 
-    def current(self, sid: str | None) -> Session:
-        """The live session ``sid`` names (rotated if it is due: the response must then set
-        the new id), or a new anonymous one."""
+    def ends_at(self, session: Session) -> float:
+        """When ``session`` ends unless it is used again (or at all, past ``ttl_s``)."""
+        return min(session.started_at + self.ttl_s, session.last_seen + self.idle_s)
+
+    def peek(self, sid: str | None) -> Session | None:
+        """The live session ``sid`` names, untouched and not rotated."""
+        with self._lock:
+            return self._find(sid, self.clock())
+
+    def touch(self, sid: str | None) -> Session | None:
+        """The heartbeat of an open live page: the session ``sid`` names is kept from its
+        idle end (never past ``ttl_s``), without a new id (a stream cannot set a cookie)."""
         now = self.clock()
         with self._lock:
-            found = self._by_id.get(sid) if sid else None
-            if found is None or not self._alive(found, now):
-                if found is not None:
-                    del self._by_id[found.sid]
-                return self._new(None)
-            if found.credential_id is not None and now - found.issued_at > self.rotate_s:
-                del self._by_id[found.sid]
-                # Rotation renews the id, not the session's life: it still ends at ttl_s.
-                return self._new(found.credential_id, found.csrf, found.started_at)
+            found = self._find(sid, now)
+            if found is None:
+                return None
             touched = replace(found, last_seen=now)
             self._by_id[found.sid] = touched
             return touched
 
-    def sign_in(self, old: Session, credential_id: str) -> Session:
-        """A new session (new id, new CSRF token) for the credential; the old one ends."""
+    def current(self, sid: str | None) -> Session | None:
+        """The live session ``sid`` names (rotated if it is due: the response must then set
+        the new id), or None."""
+        now = self.clock()
         with self._lock:
-            self._by_id.pop(old.sid, None)
+            found = self._find(sid, now)
+            if found is None:
+                return None
+            if now - found.issued_at > self.rotate_s:
+                del self._by_id[found.sid]
+                # Rotation renews the id, not the session's life: it still ends at ttl_s.
+                new = self._new(found.credential_id or "", found.csrf, found.started_at)
+                self._retired[found.sid] = (new.sid, now + self.grace_s)
+                for old, (to, until) in list(self._retired.items()):
+                    if to == found.sid:  # an id retired before: it follows to the newest
+                        self._retired[old] = (new.sid, until)
+                return new
+            touched = replace(found, last_seen=now)
+            self._by_id[found.sid] = touched
+            return touched
+
+    def visitor(self, nonce: str | None) -> Session:
+        """A visitor who is not signed in: their CSRF token is the HMAC of the nonce their
+        cookie holds (a new nonce if it holds none that could be one). Nothing is stored."""
+        fresh = not (nonce and 20 <= len(nonce) <= 64 and nonce.isascii() and nonce.isalnum())
+        if fresh:
+            nonce = secrets.token_hex(16)
+        assert nonce is not None
+        mac = hmac.new(self._key, b"visitor-csrf:" + nonce.encode(), hashlib.sha256)
+        now = self.clock()
+        return Session(
+            sid="",
+            csrf=mac.hexdigest(),
+            started_at=now,
+            issued_at=now,
+            last_seen=now,
+            nonce=nonce,
+            fresh=fresh,
+        )
+
+    def sign_in(self, credential_id: str) -> Session:
+        """A new session (new id, new CSRF token) for the credential."""
+        with self._lock:
             return self._new(credential_id)
 
-    def end(self, session: Session) -> Session:
+    def end(self, session: Session) -> None:
         with self._lock:
             self._by_id.pop(session.sid, None)
-            return self._new(None)
+            for old, (to, _) in list(self._retired.items()):
+                if session.sid in (to, old):
+                    del self._retired[old]
 
 
 def csrf_ok(session: Session, presented: str | None) -> bool:
@@ -225,9 +302,22 @@ def limiter_key(address: str) -> str:
     return str(ip)
 
 
+def credential_key(token: str) -> str | None:
+    """What failures naming one credential are counted against: its id (the public part of
+    a token), so guesses at one credential from many addresses are slowed too."""
+    from tether.core.principal import TOKEN_PATTERN
+
+    match = TOKEN_PATTERN.fullmatch(token.strip())
+    return f"credential:{match.group(1)}" if match else None
+
+
 @dataclass
 class Limiter:
-    """At most ``limit`` failed sign-ins per client address in ``window_s``."""
+    """At most ``limit`` failed sign-ins per key in ``window_s``; the keys are the client's
+    address and the credential a refused token names. Only refused credentials are
+    counted and only they are slowed: a credential that is right is accepted whatever
+    others sent from the same address (a shared NAT, a proxy), because a guess at a
+    256-bit secret cannot be right, so refusing a right one would protect nothing."""
 
     limit: int = 5
     window_s: float = 60.0
@@ -249,6 +339,11 @@ class Limiter:
             if len(times) < self.limit:
                 return None
             return max(1.0, self.window_s - (now - times[0]))
+
+    def locked(self, keys: Iterable[str | None]) -> float | None:
+        """The longest wait any of ``keys`` is under, or None."""
+        waits = [w for k in keys if k is not None and (w := self.retry_after(k)) is not None]
+        return max(waits) if waits else None
 
     def failed(self, client: str) -> None:
         now = self.clock()

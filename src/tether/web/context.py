@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import jinja2
 from fastapi import Request
@@ -18,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether.web.auth import Limiter, ProxyAuth, Sessions, limiter_key
 from tether.web.hosts import LOCAL_NAMES
 from tether.web.service import Inbox, WebError
+from tether.web.triage import isolate, one_line
 
 if TYPE_CHECKING:
     from tether.store import Store
@@ -56,11 +58,20 @@ class WebConfig:
     session_ttl_s: float = 8 * 3600.0
     session_idle_s: float = 1800.0
     session_rotate_s: float = 900.0
+    session_grace_s: float = 60.0  # a replaced session id still answers this long
     signin_limit: int = 5
     signin_window_s: float = 60.0
     live_poll_s: float = 1.0
     verify_max_age_s: float = 60.0  # re-verify the audit log at least this often
     max_body_bytes: int = 1024 * 1024
+    # Whether this process drives decided runs on (serve --resume-runs): only then does a
+    # decision's notice say the run continues.
+    resumes_runs: bool = False
+    # Slack interactivity (tether.web.slack): the app's signing secret, and which Slack
+    # user is which registered approver (Slack user id -> approver name).
+    slack_signing_secret: bytes | None = None
+    slack_users: dict[str, str] = field(default_factory=dict)
+    slack_reply_hosts: tuple[str, ...] = ("hooks.slack.com",)  # where response_urls may go
     clock: Callable[[], float] = time.time
 
 
@@ -83,6 +94,7 @@ class Site:
             ttl_s=c.session_ttl_s,
             idle_s=c.session_idle_s,
             rotate_s=c.session_rotate_s,
+            grace_s=c.session_grace_s,
             clock=c.clock,
         )
         self.limiter = Limiter(limit=c.signin_limit, window_s=c.signin_window_s, clock=c.clock)
@@ -91,6 +103,12 @@ class Site:
     @property
     def store(self) -> Store:
         return self.config.store
+
+
+def https_site(config: WebConfig) -> bool:
+    """Whether the inbox's public address is https (behind a TLS-terminating proxy the
+    request itself arrives as http): cookies are then Secure and HSTS is sent."""
+    return bool(config.base_url and config.base_url.lower().startswith("https://"))
 
 
 def peer_of(request: Request) -> str | None:
@@ -121,8 +139,9 @@ def error_json(e: WebError) -> JSONResponse:
 class SecurityHeaders:
     """Adds the security headers to every response (pages, API, static files, errors)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, hsts: bool = False) -> None:
         self.app = app
+        self.extra = [(b"strict-transport-security", b"max-age=31536000")] if hsts else []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -130,10 +149,11 @@ class SecurityHeaders:
             return
 
         api = str(scope.get("path", "")).startswith("/api/")
+        extra = self.extra
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", [])) + SECURITY_HEADERS
+                headers = list(message.get("headers", [])) + SECURITY_HEADERS + extra
                 if api and not any(k.lower() == b"cache-control" for k, _ in headers):
                     # Approvals are per-credential and change by the second: kept nowhere.
                     headers.append((b"cache-control", b"no-store"))
@@ -183,4 +203,7 @@ def make_templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     templates.filters["when"] = when
+    templates.filters["iso"] = isolate
+    templates.filters["short"] = lambda v, n=120: one_line(v, n)  # the whole is shown below
+    templates.filters["pathq"] = lambda v: quote(str(v), safe="")
     return templates

@@ -9,23 +9,49 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
 from tether.core.approvals import ApprovalStatus
 from tether.core.principal import Identity
-from tether.errors import CredentialRefused
-from tether.identity import authenticate
-from tether.web.auth import COOKIE, Session, csrf_ok, identity_by_name, identity_for
-from tether.web.context import MAX_REASON, Site, client_key, peer_of
+from tether.web import triage
+from tether.web.auth import COOKIE, Session
+from tether.web.context import MAX_REASON, Site
+from tether.web.door import Door, add_door
 from tether.web.forms import FormField, form_fields, read_form, refill
-from tether.web.service import WebError
+from tether.web.service import WebError, status_now
 
 if TYPE_CHECKING:
     from tether.core.approvals import Approval
 
 ErrorPage = Callable[[Request, WebError], Response]
+FILTERS = ("tier", "tool", "run", "tenant", "q", "sort")
+
+
+def provenance_verdict(p: Mapping[str, Any]) -> tuple[str, str]:
+    """What the page says of one value's provenance, and its class: a value the policy did
+    not look at is "not checked", never trusted; an untrusted one says where it came from."""
+    if p.get("checked") is False:
+        return "not checked", "unchecked"
+    trust = p.get("trust")
+    if trust is None and p.get("trusted"):  # an older record: only the boolean
+        return "checked: in trusted input", "trusted"
+    if trust == "trusted":
+        return "checked: in the user's request or a trusted record", "trusted"
+    if trust == "none":
+        return "checked: nothing in it to trace (no identifier)", "none"
+    if trust == "unknown":
+        return (
+            "untrusted: in nothing this run has seen (made up, or changed past matching)",
+            "untrusted",
+        )
+    where = p.get("tool")
+    if where:
+        return f"untrusted: first seen in the output of {where} (call {p.get('call_id')})", (
+            "untrusted"
+        )
+    return "untrusted", "untrusted"
 
 
 def provenance_rows(provenance: Any) -> list[dict[str, Any]]:
@@ -37,15 +63,16 @@ def provenance_rows(provenance: Any) -> list[dict[str, Any]]:
         if not isinstance(p, Mapping):
             continue
         value = p.get("value", p.get("masked_value"))
-        source = [
-            str(p[k]) for k in ("source", "tool", "call_id", "from_call") if p.get(k) is not None
-        ]
+        verdict, kind = provenance_verdict(p)
+        part = p.get("identifier")
         rows.append(
             {
                 "argument": str(p.get("argument", p.get("name", "?"))),
                 "value": value if isinstance(value, str) else json.dumps(value),
-                "source": " · ".join(source) or "-",
-                "trusted": bool(p.get("trusted")),
+                # The untrusted part of a longer value, named.
+                "part": str(part) if part is not None and kind == "untrusted" else None,
+                "verdict": verdict,
+                "kind": kind,
             }
         )
     return rows
@@ -58,135 +85,40 @@ def _summary(data: Mapping[str, Any]) -> str:
 
 def add_pages(api: FastAPI, site: Site) -> ErrorPage:
     """Add the pages' routes; returns how a refusal is shown as a page."""
-    store, inbox, sessions, limiter = site.store, site.inbox, site.sessions, site.limiter
+    inbox, sessions = site.inbox, site.sessions
     templates, config = site.templates, site.config
+    door = Door(site)
+    add_door(api, door)
+    page, redirect, signed_in, posted = door.page, door.redirect, door.signed_in, door.posted
 
-    def page_identity(request: Request, session: Session) -> Identity | None:
-        proxy = config.proxy
-        if proxy is not None and proxy.header and proxy.trusts(peer_of(request)):
-            name = request.headers.get(proxy.header)
-            if name:
-                return identity_by_name(store, name.strip(), "proxy")
-        if session.credential_id is None:
-            return None
-        return identity_for(store, session.credential_id, "web")
-
-    def page(
-        request: Request,
-        session: Session,
-        who: Identity | None,
-        template: str,
-        context: dict[str, Any],
-        status: int = 200,
-    ) -> HTMLResponse:
-        context = {"who": who, "csrf": session.csrf, "notice": None, "error": None, **context}
-        html = templates.get_template(template).render(context)
-        response = HTMLResponse(html, status, headers={"Cache-Control": "no-store"})
-        set_cookie(request, response, session)
-        return response
-
-    def set_cookie(request: Request, response: Response, session: Session) -> None:
-        response.set_cookie(
-            COOKIE,
-            session.sid,
-            max_age=int(config.session_ttl_s),
-            httponly=True,
-            samesite="strict",
-            secure=config.secure_cookies or request.url.scheme == "https",
-            path="/",
-        )
-
-    def redirect(request: Request, session: Session, to: str) -> Response:
-        response = RedirectResponse(to, status_code=303)
-        set_cookie(request, response, session)
-        return response
-
-    Handler = Callable[[Session, Identity], Response]
-
-    async def signed_in(request: Request, handler: Handler) -> Response:
-        """Run ``handler`` for the signed-in approver, or show the sign-in page."""
-
-        def go() -> Response:
-            session = sessions.current(request.cookies.get(COOKIE))
-            who = page_identity(request, session)
-            if who is None:
-                return page(request, session, None, "signin.html", {}, 200)
-            return handler(session, who)
-
-        return await run_in_threadpool(go)
-
-    FormHandler = Callable[[Session, Identity, Mapping[str, str]], Response]
-
-    async def posted(request: Request, handler: FormHandler) -> Response:
-        """A form post: the session's CSRF token first, then the signed-in approver."""
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-
-        def go() -> Response:
-            session = sessions.current(request.cookies.get(COOKIE))
-            if not csrf_ok(session, form.get("csrf")):
-                title = "This form has expired or did not come from this inbox; reload the page."
-                return page(request, session, None, "error.html", {"title": title}, 403)
-            who = page_identity(request, session)
-            if who is None:
-                return page(request, session, None, "signin.html", {}, 401)
-            return handler(session, who, form)
-
-        return await run_in_threadpool(go)
+    def triage_context(request: Request, who: Identity) -> dict[str, Any]:
+        query = {k: v for k, v in request.query_params.items() if k in FILTERS}
+        rows = [inbox.row(who, a) for a in inbox.decidable(who)]
+        shown = triage.filtered(rows, query)
+        return {
+            "rows": shown,
+            "total": len(rows),
+            "query": query,
+            "choices": triage.choices(rows),
+            "sorts": triage.SORTS,
+        }
 
     @api.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def home(request: Request) -> Response:
         def show(session: Session, who: Identity) -> Response:
-            rows = inbox.decidable(who)
-            return page(request, session, who, "inbox.html", {"rows": rows})
+            return page(request, session, who, "inbox.html", triage_context(request, who))
 
         return await signed_in(request, show)
 
     @api.get("/fragments/inbox", response_class=HTMLResponse, include_in_schema=False)
     async def inbox_rows(request: Request) -> Response:
         def show(session: Session, who: Identity) -> Response:
-            html = templates.get_template("_rows.html").render(rows=inbox.decidable(who))
+            html = templates.get_template("_rows.html").render(triage_context(request, who))
             response = HTMLResponse(html, headers={"Cache-Control": "no-store"})
-            set_cookie(request, response, session)  # the id may just have rotated
+            door.set_cookie(request, response, session)  # the id may just have rotated
             return response
 
         return await signed_in(request, show)
-
-    @api.get("/signin", response_class=HTMLResponse, include_in_schema=False)
-    async def signin_page(request: Request) -> Response:
-        return await signed_in(request, lambda session, who: redirect(request, session, "/"))
-
-    @api.post("/signin", include_in_schema=False)
-    async def signin(request: Request) -> Response:
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-
-        def go() -> Response:
-            session = sessions.current(request.cookies.get(COOKIE))
-            if not csrf_ok(session, form.get("csrf")):
-                error = "The sign-in form expired; try again."
-                return page(request, session, None, "signin.html", {"error": error}, 403)
-            client = client_key(site, request)
-            wait = limiter.retry_after(client)
-            if wait is not None:
-                error = f"Too many refused credentials; try again in {wait:.0f} seconds."
-                response = page(request, session, None, "signin.html", {"error": error}, 429)
-                response.headers["Retry-After"] = f"{wait:.0f}"
-                return response
-            try:
-                who = authenticate(store, form.get("token", ""), "approver")
-            except CredentialRefused:
-                limiter.failed(client)
-                error = "That credential was not accepted (unknown, revoked, or not an approver's)."
-                return page(request, session, None, "signin.html", {"error": error}, 401)
-            assert who.credential_id is not None
-            return redirect(request, sessions.sign_in(session, who.credential_id), "/")
-
-        return await run_in_threadpool(go)
-
-    @api.post("/signout", include_in_schema=False)
-    async def signout(request: Request) -> Response:
-        return await posted(
-            request, lambda session, who, form: redirect(request, sessions.end(session), "/")
-        )
 
     def approval_page(
         request: Request,
@@ -202,6 +134,15 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
         approval = inbox.get(who, approval_id)
         data = inbox.details(who, approval)
         fields, edit_note = edit_fields(approval, data)
+        queue = [a.approval_id for a in inbox.decidable(who)]
+        position = queue.index(approval_id) if approval_id in queue else None
+        others = [q for q in queue if q != approval_id]
+        previous = queue[position - 1] if position else None
+        following = (
+            queue[position + 1]
+            if position is not None and position + 1 < len(queue)
+            else (others[0] if position is None and others else None)
+        )
         if values is not None:  # a refused edit: show what was typed, not the original
             fields = [refill(f, values) for f in fields]
         context = {
@@ -209,6 +150,10 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
             "arguments_json": json.dumps(data["arguments"], indent=2, ensure_ascii=False),
             "provenance": provenance_rows(data.get("provenance")),
             "steps": inbox.steps(approval.run_id),
+            "turns": inbox.conversation(approval.run_id),
+            "confirm": data.get("risk") in triage.CONFIRM_TIERS,
+            "previous": previous,
+            "following": following,
             "fields": fields,
             "edit_note": edit_note,
             "edit_open": values is not None,
@@ -230,8 +175,13 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
     @api.get("/approvals/{approval_id}", response_class=HTMLResponse, include_in_schema=False)
     async def approval_view(request: Request, approval_id: str) -> Response:
         done = request.query_params.get("done")
+        goes_on = (
+            "The run continues here."
+            if config.resumes_runs
+            else "The run continues when its worker or `tether resume` picks it up."
+        )
         notice = {
-            "approve": "Approved. The run continues.",
+            "approve": f"Approved. {goes_on}",
             "deny": "Denied. The model will be told why.",
             "edit": "Approved with your edited arguments (this is the new approval).",
         }.get(done or "")
@@ -244,6 +194,13 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
         def handle(session: Session, who: Identity, form: Mapping[str, str]) -> Response:
             reason = (form.get("reason") or "").strip()[:MAX_REASON] or None
             try:
+                if action in ("approve", "edit") and not confirmed(who, approval_id, form):
+                    raise WebError(
+                        422,
+                        "confirmation_required",
+                        "This call cannot be undone (or administers something): type the "
+                        "tool's name to confirm you approve it.",
+                    )
                 if action == "edit":
                     approval = inbox.get(who, approval_id)
                     fields, note = edit_fields(approval, inbox.details(who, approval))
@@ -276,6 +233,13 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
 
         return await posted(request, handle)
 
+    def confirmed(who: Identity, approval_id: str, form: Mapping[str, str]) -> bool:
+        """An irreversible or admin call is approved only with its tool's name typed."""
+        approval = inbox.get(who, approval_id)
+        if inbox.details(who, approval).get("risk") not in triage.CONFIRM_TIERS:
+            return True
+        return (form.get("confirm") or "").strip() == approval.tool
+
     @api.post("/approvals/{approval_id}/approve", include_in_schema=False)
     async def approve_form(request: Request, approval_id: str) -> Response:
         return await decide_route(request, approval_id, "approve")
@@ -291,13 +255,22 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
     @api.get("/history", response_class=HTMLResponse, include_in_schema=False)
     async def history(request: Request) -> Response:
         def show(session: Session, who: Identity) -> Response:
-            rows = [a for a in inbox.visible(who) if a.status is not ApprovalStatus.PENDING]
-            context = {"rows": rows[:200], "verify": inbox.verify()}
+            query = {k: v for k, v in request.query_params.items() if k == "status"}
+            wanted = query.get("status")
+            now = site.config.clock()
+            found = [
+                a
+                for a in inbox.visible(who)
+                if status_now(a, now) is not ApprovalStatus.PENDING
+                and (not wanted or status_now(a, now).value == wanted)
+            ]
+            rows = [inbox.row(who, a) for a in found[:200]]  # the newest 200, each read once
+            context = {"rows": rows, "verify": inbox.verify(), "wanted": wanted}
             return page(request, session, who, "history.html", context)
 
         return await signed_in(request, show)
 
-    @api.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    @api.get("/runs/{run_id:path}", response_class=HTMLResponse, include_in_schema=False)
     async def run_trail(request: Request, run_id: str) -> Response:
         def show(session: Session, who: Identity) -> Response:
             trail = [{**e, "summary": _summary(e["data"])} for e in inbox.trail(who, run_id)]
@@ -311,11 +284,17 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
         """Server-sent events: "inbox" whenever the pending approvals the approver may
         decide change (the page then fetches the rows)."""
 
+        held = [request.cookies.get(COOKIE)]
+
         def who_is_it() -> Identity | None:
             # Looked up afresh at every poll: a stream ends with its session or credential.
-            session = sessions.peek(request.cookies.get(COOKIE))
+            # Each look is the open page's heartbeat (never past the session's ttl), and it
+            # follows the session's id as it is replaced.
+            session = sessions.touch(held[0])
+            if session is not None:
+                held[0] = session.sid
             anonymous = Session(sid="", csrf="", started_at=0, issued_at=0, last_seen=0)
-            return page_identity(request, session or anonymous)
+            return door.identity(request, session or anonymous)
 
         if await run_in_threadpool(who_is_it) is None:
             return Response("sign in first", 401, media_type="text/plain")
@@ -347,8 +326,8 @@ def add_pages(api: FastAPI, site: Site) -> ErrorPage:
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     def error_page(request: Request, e: WebError) -> Response:
-        session = sessions.current(request.cookies.get(COOKIE))
-        who = page_identity(request, session)
+        session = door.visitor(request)
+        who = door.identity(request, session)
         return page(request, session, who, "error.html", {"title": e.message}, e.status)
 
     return error_page

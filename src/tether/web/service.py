@@ -4,6 +4,9 @@ command line uses; the rules themselves live in ``tether.core.approvals.check_de
 
 An approval of a tenant the signed-in approver does not serve is not found, whatever its id:
 a 403 would confirm it exists. Every refusal becomes a ``WebError`` with a stable code.
+
+The module is long because it is the one place both faces read the store through: seeing,
+the details a page shows (reasons, manifest, conversation), and deciding.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.gate.desk import decide_approval, edit_approval
+from tether.web import triage
 
 if TYPE_CHECKING:
     from tether.runs.app import App
@@ -56,6 +60,14 @@ ID_PATTERN = r"^[A-Za-z0-9_.~\-]{1,200}$"
 _ID = re.compile(ID_PATTERN)
 
 
+def checked_run_id(value: str) -> str:
+    """A run id as a URL carries it: any printable text (spaces, ``/``, ``:`` included, as
+    run ids are chosen by the caller), at most 200 characters."""
+    if not 1 <= len(value) <= 200 or not value.isprintable():
+        raise WebError(404, "not_found", "no such run that you may see")
+    return value
+
+
 def checked_id(value: str, what: str = "approval") -> str:
     if not _ID.fullmatch(value):
         raise WebError(404, "not_found", f"no such {what} that you may see")
@@ -70,6 +82,8 @@ class Inbox:
     app_ref: str | None = None  # the app to load for edits (--app): the only one imported
     clock: Callable[[], float] = time.time
     verify_max_age_s: float = 60.0
+    # Told of every decision made through this inbox (Slack replaces its messages).
+    listeners: list[Callable[[Approval], None]] = field(default_factory=list)
     _apps: dict[str, App] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # An approval's reasons never change once recorded: read from the log once.
@@ -81,20 +95,39 @@ class Inbox:
     def visible(
         self, who: Identity, status: ApprovalStatus | None = None, run_id: str | None = None
     ) -> list[Approval]:
-        """The approvals of ``who``'s tenants, newest first."""
-        rows = self.store.list_approvals(status, run_id=run_id)
-        return [a for a in reversed(rows) if who.allows_tenant(a.tenant)]
+        """The approvals ``who`` may see, newest first: of their tenants, and naming them
+        among the approvers (the policy did not ask anyone else). ``status`` is the status
+        as it reads now: a pending approval past its expiry is expired, not pending."""
+        now = self.clock()
+        stored = None if status is ApprovalStatus.EXPIRED else status
+        rows = self.store.list_approvals(stored, run_id=run_id)
+        if status is ApprovalStatus.EXPIRED:
+            rows = [a for a in rows if status_now(a, now) is ApprovalStatus.EXPIRED]
+        elif status is ApprovalStatus.PENDING:
+            rows = [a for a in rows if now <= a.expires_at]
+        return [a for a in reversed(rows) if may_see(a, who)]
 
     def decidable(self, who: Identity) -> list[Approval]:
         """What the inbox lists: pending approvals ``who`` may decide (their tenants, their
-        tools, not their own requests), newest first."""
+        tools, not their own requests, not expired), newest first."""
         return [a for a in self.visible(who, ApprovalStatus.PENDING) if may_decide(a, who)]
+
+    def row(self, who: Identity, approval: Approval) -> dict[str, Any]:
+        """One approval as the inbox lists it (``details`` and what triage needs)."""
+        data = self.details(who, approval)
+        reasons = data["reasons"]
+        return {
+            **data,
+            "why": triage.one_line(reasons[0] if reasons else "the policy asks for this tool"),
+            "summary": triage.summary(data["arguments"]),
+            "time_left": triage.time_left(approval.expires_at, self.clock()),
+        }
 
     def get(self, who: Identity, approval_id: str) -> Approval:
         checked_id(approval_id)
         with self.store.read() as tx:
             found = tx.get_approval(approval_id)
-        if found is None or not who.allows_tenant(found.tenant):
+        if found is None or not may_see(found, who):
             raise not_found(approval_id)
         return found
 
@@ -107,13 +140,55 @@ class Inbox:
         if risk is None and manifest is not None:
             risk = manifest.risk.value
         now = self.clock()
+        status = status_now(approval, now)
+        tool: dict[str, Any] | None = None
+        if manifest is not None:
+            tool = {
+                "description": manifest.description,
+                "risk": manifest.risk.value,
+                "scope": manifest.required_scope,
+                "cost": manifest.cost,
+                "compensation": manifest.compensation,
+            }
         return {
             **data,
+            "status": status.value,
             "reasons": reasons,
             "risk": risk,
-            "expired": approval.status is ApprovalStatus.PENDING and now > approval.expires_at,
+            "requester": approval.actor,
+            "seconds_left": max(0.0, approval.expires_at - now),
+            "expired": status is ApprovalStatus.EXPIRED,
             "can_decide": may_decide(approval, who) and now <= approval.expires_at,
+            "tool_info": tool,
         }
+
+    def conversation(self, run_id: str, limit: int = 8) -> list[dict[str, str]]:
+        """The turns that led to the call: the user's requests and the model's words, newest
+        last. A tool's answer is named, never shown: it may hold anything."""
+        import json
+
+        with self.store.read() as tx:
+            raw = tx.messages(run_id)
+        turns = []
+        for blob in raw:
+            try:
+                m = json.loads(blob)
+            except ValueError:
+                continue
+            role = str(m.get("role", "?"))
+            if role == "tool":
+                text = f"(the answer to call {m.get('tool_call_id') or '?'}: not shown, untrusted)"
+            else:
+                text = str(m.get("content") or "")
+                calls = [str(c.get("name", "?")) for c in m.get("tool_calls") or []]
+                if calls:
+                    text = (text + " " if text else "") + f"(proposes {', '.join(calls)})"
+            if len(text) > 2000:
+                text = text[:1999] + "\u2026"
+            turns.append({"role": role, "text": text})
+        users = [t for t in turns if t["role"] == "user"][:1]  # the request that began it
+        recent = turns[-limit:]
+        return users + [t for t in recent if t not in users]
 
     def reasons(self, approval: Approval) -> list[str]:
         """Why the policy asked, as recorded when the request (or the edit) was made: read
@@ -151,11 +226,11 @@ class Inbox:
 
     def trail(self, who: Identity, run_id: str) -> list[dict[str, Any]]:
         """A run's audit entries, oldest first; 404 unless ``who`` serves its tenant."""
-        checked_id(run_id, "run")
+        checked_run_id(run_id)
         with self.store.read() as tx:
             run = tx.get_run(run_id)
         if run is None or not who.allows_tenant(run.tenant_id):
-            raise WebError(404, "not_found", f"no run {run_id} that you may see")
+            raise WebError(404, "not_found", "no such run that you may see")
         return [
             {
                 "seq": e.seq,
@@ -244,9 +319,15 @@ class Inbox:
     ) -> Approval:
         approval = self.get(who, approval_id)
         with refusals(approval, self.clock):
-            return decide_approval(
+            decided = decide_approval(
                 self.store, approval_id, who, approve=approve, now=self.clock(), reason=reason
             )
+        self.tell(decided)
+        return decided
+
+    def tell(self, approval: Approval) -> None:
+        for listener in self.listeners:
+            listener(approval)
 
     def edit(
         self,
@@ -259,7 +340,7 @@ class Inbox:
         approval = self.get(who, approval_id)
         with refusals(approval, self.clock):
             app = self.app_for(approval.run_id)
-            return edit_approval(
+            new = edit_approval(
                 self.store,
                 app.registry,
                 app.policy,
@@ -269,6 +350,26 @@ class Inbox:
                 now=self.clock(),
                 reason=reason,
             )
+        with self.store.read() as tx:
+            replaced = tx.get_approval(approval_id)
+        self.tell(replaced or approval)
+        return new
+
+
+def status_now(approval: Approval, now: float) -> ApprovalStatus:
+    """The status as it reads at ``now``: a pending approval past its expiry is expired
+    (the store records that when someone next tries to decide it)."""
+    if approval.status is ApprovalStatus.PENDING and now > approval.expires_at:
+        return ApprovalStatus.EXPIRED
+    return approval.status
+
+
+def may_see(approval: Approval, who: Identity) -> bool:
+    """An approval is shown to the approvers the policy named for it, in its tenant; to
+    anyone else it does not exist."""
+    return who.allows_tenant(approval.tenant) and (
+        who.via == "code" or who.name in approval.approvers
+    )
 
 
 def may_decide(approval: Approval, who: Identity) -> bool:
