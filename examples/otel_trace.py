@@ -1,0 +1,99 @@
+"""The spans of one call that waits for an approver: tether reports to OpenTelemetry.
+
+The call is proposed and asked for (a span ``execute_tool refund`` with an "asked" event and
+``tether.verdict = ask``), an approver's credential grants it (a span ``tether.approval
+refund`` from the request to the decision), and the resumed run calls the tool under the
+grant (``tether.verdict = allow_after_approval``, "granted", "dispatched" and "settled"
+events). Each finished span is printed as one JSON line with its name and attributes.
+
+Run it with `python examples/otel_trace.py` (needs opentelemetry-sdk, in the dev extra);
+everything lives in a temporary directory.
+"""
+
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from tether import App, ModelToolCall, Policy, Principal, Registry, Risk, ScriptedModel, open_store
+from tether.identity import add_identity, authenticate
+
+
+class JsonLines(SpanExporter):
+    """Each finished span as one line of JSON: name, ids, parent, attributes and events."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        for span in spans:
+            context = span.context
+            print(
+                json.dumps(
+                    {
+                        "name": span.name,
+                        "trace_id": f"{context.trace_id:032x}" if context else None,
+                        "span_id": f"{context.span_id:016x}" if context else None,
+                        "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
+                        "duration_ms": round(
+                            ((span.end_time or 0) - (span.start_time or 0)) / 1e6, 3
+                        ),
+                        "attributes": dict(span.attributes or {}),
+                        "events": [e.name for e in span.events],
+                        "links": [f"{link.context.trace_id:032x}" for link in span.links],
+                    },
+                    default=list,
+                ),
+                flush=True,
+            )
+        return SpanExportResult.SUCCESS
+
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(JsonLines()))
+trace.set_tracer_provider(provider)
+agent = trace.get_tracer("example-agent")
+
+workdir = tempfile.TemporaryDirectory()
+db = f"sqlite:///{Path(workdir.name) / 'tether.db'}"
+
+
+def build() -> App:
+    registry = Registry()
+
+    @registry.tool(risk=Risk.WRITE, required_scope="payments:write", tenant_path="tenant")
+    def refund(tenant: str, order_id: str, amount: int, operation_key: str) -> dict[str, Any]:
+        """Refund an order."""
+        return {"order_id": order_id, "refunded": amount}
+
+    call = ModelToolCall(id="call-1", name="refund", arguments={"order_id": "A-7", "amount": 30})
+    return App(
+        registry=registry,
+        policy=Policy(version="payments-1", approvers=frozenset({"finance-1"})),
+        model=lambda: ScriptedModel([[call], "Refunded A-7."]),
+        principal=Principal(subject="agent-7", tenant="acme", scopes=frozenset({"payments:write"})),
+    )
+
+
+app, store = build(), open_store(db)
+with agent.start_as_current_span(
+    "invoke_agent refunds", attributes={"gen_ai.operation.name": "invoke_agent"}
+):
+    first = app.runner(store).start("refund order A-7", app.principal)
+(approval_id,) = first.approvals
+
+# The approver decides with a credential (only its hash is stored; never printed).
+_, token = add_identity(store, "finance-1", "approver", now=time.time(), tenants=["acme"])
+time.sleep(0.05)  # a short wait, so the approval span has a visible duration
+app.gate(store).approve(approval_id, authenticate(store, token, "approver"))
+
+with agent.start_as_current_span(
+    "invoke_agent refunds", attributes={"gen_ai.operation.name": "invoke_agent"}
+):
+    done = app.runner(store).resume(first.run_id)
+store.close()
+provider.shutdown()
+workdir.cleanup()
