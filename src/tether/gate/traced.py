@@ -218,7 +218,12 @@ def _refused(span: spans.CallSpan, plan: Refuse) -> None:
     for write in plan.writes:
         if isinstance(write, AuditWrite):
             facts["tether.refusal.kind"] = write.kind
+            # The entry's reasons are scrubbed of the call's secrets (the error's may not be).
+            decision = write.data.get("decision")
             reasons = write.data.get("reasons")
+            if isinstance(decision, dict):
+                reasons = decision.get("reasons", reasons)
+                facts["tether.policy.version"] = str(decision.get("policy_version", ""))
             if isinstance(reasons, list) and reasons:
                 facts["tether.policy.reasons"] = _safe(reasons)
             if isinstance(write.data.get("approval_id"), str):
