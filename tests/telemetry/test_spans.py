@@ -16,7 +16,7 @@ from tests.telemetry.conftest import Recorded, dumped
 from tether import Gate, Policy, Principal, Registry, Risk, telemetry
 from tether.core.budget import Budget
 from tether.core.verdicts import Verdict
-from tether.errors import ApprovalRequired, Denied, ToolFailed
+from tether.errors import ApprovalRequired, Denied, OutcomeUnknown, ToolFailed
 from tether.gate.plan import ToolCall
 from tether.identity import add_identity, authenticate
 from tether.store import SQLiteStore
@@ -43,6 +43,12 @@ def build(tmp_path: Path) -> tuple[Gate, SQLiteStore]:
     def flaky(order_id: str) -> str:
         """Always fails."""
         raise RuntimeError("the upstream said no")
+
+    @registry.tool(risk=Risk.READ, timeout_s=0.05)
+    def hang(order_id: str) -> str:
+        """Outlives its timeout: whether it acted is unknown."""
+        time.sleep(0.2)
+        return "late"
 
     @registry.tool(risk=Risk.WRITE)
     def refund(order_id: str, amount: int) -> dict[str, Any]:
@@ -259,3 +265,13 @@ def test_with_no_provider_nothing_is_recorded_and_the_gate_is_unchanged(
         assert out.status.value == "committed"
     finally:
         store.close()
+
+
+def test_a_timed_out_call_is_unsettled_with_its_effect_unknown(otel: Recorded, gate: Gate) -> None:
+    run = gate.start_run(PRINCIPAL)
+    with pytest.raises(OutcomeUnknown):
+        gate.call(run, ToolCall(call_id="c1", tool="hang", arguments={"order_id": "A"}))
+    span = otel.span("execute_tool hang")
+    a = dict(span.attributes or {})
+    assert a["tether.effect.status"] == "unknown" and a["tether.outcome"] == "unsettled"
+    assert span.status.status_code is StatusCode.ERROR

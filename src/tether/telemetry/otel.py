@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Instruments", "active", "instruments", "tracer", "use"]
+__all__ = ["Instruments", "active", "instruments", "metrics_api", "tracer", "use"]
 
 try:  # the [otel] extra
     from opentelemetry import metrics as _metrics
@@ -24,6 +24,23 @@ try:  # the [otel] extra
 except ModuleNotFoundError:  # pragma: no cover - exercised where the extra is absent
     _trace = None  # type: ignore[assignment]
     _metrics = None  # type: ignore[assignment]
+
+# The API's module-level globals where a provider set with ``set_*_provider`` lives; with
+# the environment naming a provider class the API loads it on first use, so then the
+# globals say nothing and the API is asked.
+_metrics_state: Any = None
+_GLOBALS = False
+if _metrics is not None and _trace is not None:
+    import os
+
+    from opentelemetry.metrics import _internal as _metrics_state
+
+    _GLOBALS = (
+        hasattr(_trace, "_TRACER_PROVIDER")
+        and hasattr(_metrics_state, "_METER_PROVIDER")
+        and not os.environ.get("OTEL_PYTHON_TRACER_PROVIDER")
+        and not os.environ.get("OTEL_PYTHON_METER_PROVIDER")
+    )
 
 NAME = "tether"
 # Buckets for durations in seconds: the gate's own work is tens of microseconds to a few
@@ -35,6 +52,9 @@ _tracer: Any = None
 _instruments: Instruments | None = None
 _tracer_provider: Any = None  # given with ``use``
 _meter_provider: Any = None
+# A provider found to be a no-op, so it is not looked at again (the API's no-op providers).
+_tracer_off_seen: Any = None
+_meter_off_seen: Any = None
 
 
 @dataclass(frozen=True)
@@ -59,13 +79,18 @@ def use(tracer_provider: Any = None, meter_provider: Any = None) -> None:
 
 def tracer() -> Any:
     """The tracer to report spans to, or None when tracing is off."""
-    global _tracer
+    global _tracer, _tracer_off_seen
     if _tracer is not None:
         return _tracer
     if _trace is None:
         return None
+    if _GLOBALS and _tracer_provider is None and _trace._TRACER_PROVIDER is None:
+        return None
     provider = _tracer_provider or _trace.get_tracer_provider()
-    if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
+    if provider is _tracer_off_seen or isinstance(
+        provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider
+    ):
+        _tracer_off_seen = provider
         return None
     _tracer = provider.get_tracer(NAME)
     return _tracer
@@ -81,13 +106,16 @@ def _meter_off(provider: Any) -> bool:
 
 def instruments() -> Instruments | None:
     """The instruments to record metrics with, or None when metrics are off."""
-    global _instruments
+    global _instruments, _meter_off_seen
     if _instruments is not None:
         return _instruments
     if _metrics is None:
         return None
+    if _GLOBALS and _meter_provider is None and _metrics_state._METER_PROVIDER is None:
+        return None  # none set: the common case, without the API's lookup
     provider = _meter_provider or _metrics.get_meter_provider()
-    if _meter_off(provider):
+    if provider is _meter_off_seen or _meter_off(provider):
+        _meter_off_seen = provider
         return None
     meter = provider.get_meter(NAME)
     _instruments = Instruments(
@@ -116,6 +144,24 @@ def instruments() -> Instruments | None:
     return _instruments
 
 
+def metrics_api() -> Any:
+    """The ``opentelemetry.metrics`` module, or None without the extra."""
+    return _metrics
+
+
 def active() -> bool:
     """Whether anything would be recorded: a tracer or a meter provider is configured."""
+    if _tracer is not None or _instruments is not None:
+        return True
+    # No provider can be in force: the API's own globals are unset (two attribute reads,
+    # the common case when tracing is off, without the API's lookups, which read the
+    # environment on every call). Any doubt takes the API's way.
+    if (
+        _GLOBALS
+        and _tracer_provider is None
+        and _meter_provider is None
+        and _trace._TRACER_PROVIDER is None
+        and _metrics_state._METER_PROVIDER is None
+    ):
+        return False
     return tracer() is not None or instruments() is not None

@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.telemetry.otel import instruments, tracer
@@ -33,14 +33,15 @@ __all__ = [
     "approval_decided",
     "approval_expired",
     "approval_requested",
-    "audit_verified",
     "current",
     "start_call",
+    "traced_run",
 ]
 
 _CURRENT: contextvars.ContextVar[CallSpan | None] = contextvars.ContextVar(
     "tether_call_span", default=None
 )
+R = TypeVar("R")
 Attributes = Mapping[str, str | bool | int | float | Sequence[str]]
 
 
@@ -70,6 +71,7 @@ class CallSpan:
     """One governed call's span while it is open, and what its metrics need at the end."""
 
     __slots__ = (
+        "_late",
         "_scope",
         "_token",
         "admitted",
@@ -88,14 +90,16 @@ class CallSpan:
         self.admitted: float | None = None  # the tool was called (``dispatched`` durable)
         self.returned: float | None = None  # the tool returned
         self.attributes: dict[str, Any] = {}
+        self._late: dict[str, Any] = {}  # set since the span started
         # The tool's sensitive fields and the call's secret values, when its values are
         # captured (``tether.telemetry.capture``): what the result is redacted with.
         self.capture: tuple[frozenset[str], tuple[str, ...]] | None = None
 
     def set(self, attributes: Attributes) -> None:
+        # Kept here and given to the span once, at the end: the SDK checks every value it
+        # is handed, so one call with all of them costs least.
         self.attributes.update(attributes)
-        if self.span is not None:
-            self.span.set_attributes(attributes)
+        self._late.update(attributes)
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
         if self.span is not None:
@@ -115,10 +119,11 @@ class CallSpan:
         if span is not None:
             from opentelemetry.trace import Status, StatusCode
 
-            span.set_attribute("tether.outcome", outcome)
+            self._late["tether.outcome"] = outcome
             if error is not None:
-                span.set_attribute("error.type", type(error).__qualname__)
+                self._late["error.type"] = type(error).__qualname__
                 span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+            span.set_attributes(self._late)
             if self._scope is not None:
                 self._scope.__exit__(None, None, None)
             span.end()
@@ -245,7 +250,26 @@ def _wait_span(approval: Approval, decision: str, ended: float, waited: float | 
     span.end(end_time=int(ended * 1e9))
 
 
-def audit_verified(intact: bool) -> None:
-    meters = instruments()
-    if meters is not None:
-        meters.audit_verifications.add(1, {"tether.audit.result": "intact" if intact else "broken"})
+def traced_run(run_id: str, drive: Callable[[], R]) -> R:
+    """A run driven by tether's own loop (``tether.runs``) as a GenAI ``invoke_agent`` span:
+    its calls' spans nest under it. Each resume is one such span; the run id
+    (``gen_ai.conversation.id``) ties a run's resumes together, in whatever process."""
+    found = tracer()
+    if found is None:
+        return drive()
+    from opentelemetry import trace
+
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "tether",
+        "gen_ai.conversation.id": run_id,
+        "tether.run.id": run_id,
+    }
+    with found.start_as_current_span(
+        "invoke_agent tether", kind=trace.SpanKind.INTERNAL, attributes=attributes
+    ) as span:
+        result = drive()
+        status = getattr(result, "status", None)
+        if isinstance(status, str):
+            span.set_attribute("tether.run.status", status)
+        return result

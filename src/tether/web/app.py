@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tether.web.api import add_api
 from tether.web.context import HERE, BodyLimit, SecurityHeaders, Site, WebConfig, error_json
 from tether.web.hosts import HostGuard
+from tether.web.metrics import add_metrics
 from tether.web.pages import add_pages
 from tether.web.service import WebError
 
@@ -44,6 +45,7 @@ def create_app(config: WebConfig) -> FastAPI:
     )
     api.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     add_api(api, site)
+    add_metrics(api, site)  # GET /metrics, for a Prometheus scraper (tether.web.metrics)
     error_page = add_pages(api, site)
 
     def is_api(request: Request) -> bool:
