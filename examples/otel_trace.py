@@ -1,10 +1,11 @@
 """The spans of one call that waits for an approver: tether reports to OpenTelemetry.
 
-The call is proposed and asked for (a span ``execute_tool refund`` with an "asked" event and
-``tether.verdict = ask``), an approver's credential grants it (a span ``tether.approval
-refund`` from the request to the decision), and the resumed run calls the tool under the
-grant (``tether.verdict = allow_after_approval``, "granted", "dispatched" and "settled"
-events). Each finished span is printed as one JSON line with its name and attributes.
+The run (an ``invoke_agent tether`` span under the application's own span) proposes the call
+and it is asked for (``execute_tool refund`` with an "asked" event, ``tether.verdict = ask``);
+an approver's credential grants it (``tether.approval refund``, a span from the request to
+the decision); the resumed run calls the tool under the grant (``tether.verdict =
+allow_after_approval``; "granted", "dispatched", "settled"). Each finished span is printed as
+one JSON line with its name and attributes; the credential is never in any of them.
 
 Run it with `python examples/otel_trace.py` (needs opentelemetry-sdk, in the dev extra);
 everything lives in a temporary directory.
@@ -55,7 +56,7 @@ class JsonLines(SpanExporter):
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(JsonLines()))
 trace.set_tracer_provider(provider)
-agent = trace.get_tracer("example-agent")
+app_tracer = trace.get_tracer("example-app")  # the application's own spans
 
 workdir = tempfile.TemporaryDirectory()
 db = f"sqlite:///{Path(workdir.name) / 'tether.db'}"
@@ -79,9 +80,7 @@ def build() -> App:
 
 
 app, store = build(), open_store(db)
-with agent.start_as_current_span(
-    "invoke_agent refunds", attributes={"gen_ai.operation.name": "invoke_agent"}
-):
+with app_tracer.start_as_current_span("POST /tickets/A-7/refund"):  # the agent's run nests here
     first = app.runner(store).start("refund order A-7", app.principal)
 (approval_id,) = first.approvals
 
@@ -90,9 +89,7 @@ _, token = add_identity(store, "finance-1", "approver", now=time.time(), tenants
 time.sleep(0.05)  # a short wait, so the approval span has a visible duration
 app.gate(store).approve(approval_id, authenticate(store, token, "approver"))
 
-with agent.start_as_current_span(
-    "invoke_agent refunds", attributes={"gen_ai.operation.name": "invoke_agent"}
-):
+with app_tracer.start_as_current_span("resume after approval"):
     done = app.runner(store).resume(first.run_id)
 store.close()
 provider.shutdown()

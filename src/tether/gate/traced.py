@@ -81,7 +81,7 @@ def _ran(span: spans.CallSpan, outcome: Outcome) -> None:
     if outcome.replayed:
         facts["tether.verdict"] = "replay"
     span.set(facts)
-    span.event("settled", {"tether.effect.status": facts["tether.effect.status"]})
+    span.event("settled")  # the status is the span's tether.effect.status
     captured = span.capture
     if captured is not None:
         sensitive, secrets = captured
@@ -95,11 +95,11 @@ def _ended(span: spans.CallSpan, error: BaseException) -> None:
         span.end("waiting")
     elif isinstance(error, OutcomeUnknown):
         span.set({"tether.effect.status": "unknown"})
-        span.event("settled", {"tether.effect.status": "unknown"})
+        span.event("settled")
         span.end("unsettled", error)
     elif isinstance(error, TetherError) and span.admitted is not None:
         span.set({"tether.effect.status": "failed"})  # the tool ran and raised
-        span.event("settled", {"tether.effect.status": "failed"})
+        span.event("settled")
         span.end("failed", error)
     elif isinstance(error, TetherError) and error.model_reads:
         span.end("refused")
@@ -166,7 +166,7 @@ def _admitted(span: spans.CallSpan, plan: Admit) -> None:
         facts["gen_ai.tool.call.arguments"] = _text(safe)
         span.capture = (frozenset(manifest.sensitive_fields), plan.secrets)
     span.set(facts)
-    span.event("dispatched", {"tether.operation_key": plan.effect.operation_key})
+    span.event("dispatched")  # the key is the span's tether.operation_key
     span.admitted = time.perf_counter()
 
 

@@ -125,7 +125,9 @@ class CallSpan:
                 span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
             span.set_attributes(self._late)
             if self._scope is not None:
-                self._scope.__exit__(None, None, None)
+                from opentelemetry import context
+
+                context.detach(self._scope)
             span.end()
         meters = instruments()
         if meters is None:
@@ -162,8 +164,11 @@ def start_call(run_id: str, call_id: str, tool: str) -> CallSpan | None:
         span = found.start_span(
             f"execute_tool {tool}", kind=trace.SpanKind.INTERNAL, attributes=attributes
         )
-        scope = trace.use_span(span, end_on_exit=False)
-        scope.__enter__()
+        from opentelemetry import context
+
+        # Current for the call, so the tool's own spans nest under it (``use_span`` without
+        # its generator: attach and detach a context token).
+        scope = context.attach(trace.set_span_in_context(span))
     handle = CallSpan(span, scope)
     handle.attributes.update(attributes)
     handle._token = _CURRENT.set(handle)
