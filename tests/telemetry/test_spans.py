@@ -275,3 +275,68 @@ def test_a_timed_out_call_is_unsettled_with_its_effect_unknown(otel: Recorded, g
     a = dict(span.attributes or {})
     assert a["tether.effect.status"] == "unknown" and a["tether.outcome"] == "unsettled"
     assert span.status.status_code is StatusCode.ERROR
+
+
+def test_acall_is_traced_the_same_and_the_tools_own_spans_nest_under_it(
+    otel: Recorded, tmp_path: Path
+) -> None:
+    import asyncio
+
+    registry = Registry()
+    inner = otel.provider.get_tracer("tool")
+
+    @registry.tool(risk=Risk.READ)
+    async def fetch(url: str) -> str:
+        """Fetch a page."""
+        with inner.start_as_current_span("GET page"):
+            await asyncio.sleep(0)
+        return "page"
+
+    with SQLiteStore(f"sqlite:///{tmp_path / 'async.db'}") as store:
+        gate = Gate(registry, Policy(version="p"), store)
+        run = gate.start_run(PRINCIPAL)
+        call = ToolCall(call_id="a1", tool="fetch", arguments={"url": "https://example.com"})
+        asyncio.run(gate.acall(run, call))
+    span = otel.span("execute_tool fetch")
+    child = otel.span("GET page")
+    assert child.parent is not None and span.context is not None
+    assert child.parent.span_id == span.context.span_id
+    assert (span.attributes or {})["tether.effect.status"] == "committed"
+    assert "example.com" not in dumped(span)
+
+
+WITHOUT_OTEL = """
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+from tether import Gate, Policy, Principal, Registry, telemetry
+from tether.gate.plan import ToolCall
+from tether.store import MemoryStore
+registry = Registry()
+@registry.tool
+def lookup(order_id: str) -> str:
+    return order_id
+gate = Gate(registry, Policy(version="p"), MemoryStore())
+run = gate.start_run(Principal(subject="a", tenant="t", scopes=frozenset()))
+out = gate.call(run, ToolCall(call_id="c1", tool="lookup", arguments={"order_id": "A"}))
+print(out.status.value)
+print(telemetry.active(), "opentelemetry" in sys.modules)
+"""
+
+
+def test_without_the_package_the_gate_runs_and_nothing_is_recorded() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OTEL],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["committed", "False", "False"]
