@@ -112,3 +112,40 @@ def test_an_openai_agents_tool_call_nests_under_the_agents_span(
     assert ancestors(tool, otel.spans()) == ["invoke_agent reader"]
     a = dict(tool.attributes or {})
     assert a["gen_ai.tool.call.id"] == "r1" and a["tether.effect.status"] == "committed"
+
+
+def test_an_openai_agents_call_that_asks_then_runs_under_the_grant(
+    otel: Recorded, tmp_path: Path
+) -> None:
+    pytest.importorskip("agents")
+    from tests.adapters.test_openai_agents import WRITE_TURN, World, interrupted, run, said
+
+    world = World(tmp_path / "tether.db")
+    tracer = otel.provider.get_tracer("app")
+    try:
+        governed, _ = world.open([WRITE_TURN, *said()])
+        with tracer.start_as_current_span("invoke_agent writer"):
+            result = interrupted(governed)  # the SDK asks tether before the call: it asks
+        (approval,) = governed.pending(result)
+        who, _ = world.approver()
+        governed.approve(approval.approval_id, who)
+        state = result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        with tracer.start_as_current_span("invoke_agent writer (resumed)"):
+            run(governed.resume(state.to_string()))
+    finally:
+        for store in world.stores:
+            store.close()
+    asked, ran = otel.spans("execute_tool write_file")
+    assert ancestors(asked, otel.spans()) == ["invoke_agent writer"]
+    assert ancestors(ran, otel.spans()) == ["invoke_agent writer (resumed)"]
+    a, r = dict(asked.attributes or {}), dict(ran.attributes or {})
+    assert a["tether.verdict"] == "ask" and a["tether.approval.id"] == approval.approval_id
+    assert (
+        r["tether.verdict"] == "allow_after_approval" and r["tether.approval.approver"] == "alice"
+    )
+    assert [link.context.trace_id for link in asked.links] == [
+        link.context.trace_id for link in ran.links
+    ]
+    assert otel.span("tether.approval write_file").attributes is not None

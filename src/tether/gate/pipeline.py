@@ -65,7 +65,7 @@ from tether.gate.plan import (
 )
 from tether.gate.settle import settle
 from tether.gate.state import RunState, new_id, sealed
-from tether.gate.traced import planned, returned, traced_acall, traced_call
+from tether.gate.traced import asked, planned, returned, traced_acall, traced_call
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Policy
 from tether.store.base import Store, Tx
@@ -453,7 +453,7 @@ class Gate:
             if not isinstance(plan, Ask):
                 return None
             apply(tx, run_id, now, plan.writes)
-        planned(plan)
+        asked(run_id, call, plan)  # a span for the asking, if traced
         return plan.signal
 
     def _settle(

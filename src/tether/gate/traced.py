@@ -40,7 +40,7 @@ from tether.gate.state import RunState
 from tether.telemetry import spans
 from tether.telemetry.capture import captures
 
-__all__ = ["planned", "returned", "traced_acall", "traced_call"]
+__all__ = ["asked", "planned", "returned", "traced_acall", "traced_call"]
 
 REASONS_SHOWN = 8  # reasons and provenance entries a span keeps
 
@@ -120,8 +120,6 @@ def planned(plan: Plan) -> None:
     """The plan's transaction committed: its facts onto the current call's span."""
     span = spans.current()
     if span is None:
-        if isinstance(plan, Ask):  # ``ask_if_needed``: no span, the metric still counts
-            _asked_metric(plan)
         return
     if isinstance(plan, Admit):
         _admitted(span, plan)
@@ -199,10 +197,13 @@ def _asking(span: spans.CallSpan, plan: Ask) -> None:
     span.event("asked", {"tether.approval.id": plan.signal.approval_id})
 
 
-def _asked_metric(plan: Ask) -> None:
-    request = _requested(plan)
-    if request is not None:
-        spans.approval_requested(request)
+def asked(run_id: str, call: ToolCall, plan: Ask) -> None:
+    """``Gate.ask_if_needed`` recorded a request (frameworks that ask before they call the
+    tool): the asking is a span of its own, as a ``Gate.call`` that asks is."""
+    span = spans.start_call(run_id, call.call_id, call.tool)
+    if span is not None:
+        _asking(span, plan)
+        span.end("waiting")
 
 
 def _requested(plan: Ask) -> Approval | None:
