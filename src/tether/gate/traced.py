@@ -16,6 +16,7 @@ origin, never by value.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from tether.core.approvals import Approval, ApprovalStatus
 from tether.core.digest import canonical_json
 from tether.core.screening import redact, scrub
-from tether.errors import ApprovalRequired, OutcomeUnknown, TetherError
+from tether.errors import ApprovalRequired, OutcomeUnknown, TetherError, ToolFailed
 from tether.gate.plan import (
     Admit,
     ApprovalWrite,
@@ -97,10 +98,13 @@ def _ended(span: spans.CallSpan, error: BaseException) -> None:
         span.set({"tether.effect.status": "unknown"})
         span.event("settled")
         span.end("unsettled", error)
-    elif isinstance(error, TetherError) and span.admitted is not None:
-        span.set({"tether.effect.status": "failed"})  # the tool ran and raised
+    elif isinstance(error, ToolFailed):  # the tool raised, now or when it first ran
+        span.set({"tether.effect.status": "failed"})
         span.event("settled")
         span.end("failed", error)
+    elif span.admitted is not None:  # the tool ran; its outcome is not recorded
+        span.set({"tether.effect.status": "dispatched"})
+        span.end("stopped", error)
     elif isinstance(error, TetherError) and error.model_reads:
         span.end("refused")
     else:
@@ -111,8 +115,6 @@ def returned() -> None:
     """The tool has returned (or raised): the gate's own time resumes."""
     span = spans.current()
     if span is not None:
-        import time
-
         span.returned = time.perf_counter()
 
 
@@ -133,8 +135,6 @@ def planned(plan: Plan) -> None:
 
 
 def _admitted(span: spans.CallSpan, plan: Admit) -> None:
-    import time
-
     manifest = plan.tool.manifest
     decision = plan.decision
     facts: dict[str, Any] = {
