@@ -7,20 +7,26 @@ the decision); the resumed run calls the tool under the grant (``tether.verdict 
 allow_after_approval``; "granted", "dispatched", "settled"). Each finished span is printed as
 one JSON line with its name and attributes; the credential is never in any of them.
 
-Run it with `python examples/otel_trace.py` (needs opentelemetry-sdk, in the dev extra);
-everything lives in a temporary directory.
+Run it with `python examples/otel_trace.py`; it needs the OpenTelemetry SDK (`pip install
+'tether[otel]' opentelemetry-sdk`) and says so, doing nothing, without it. Everything lives in
+a temporary directory.
 """
 
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+try:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+except ModuleNotFoundError:
+    print("no spans: this needs pip install 'tether[otel]' opentelemetry-sdk", file=sys.stderr)
+    sys.exit(0)
 
 from tether import App, ModelToolCall, Policy, Principal, Registry, Risk, ScriptedModel, open_store
 from tether.identity import add_identity, authenticate
@@ -31,25 +37,18 @@ class JsonLines(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         for span in spans:
-            context = span.context
-            print(
-                json.dumps(
-                    {
-                        "name": span.name,
-                        "trace_id": f"{context.trace_id:032x}" if context else None,
-                        "span_id": f"{context.span_id:016x}" if context else None,
-                        "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
-                        "duration_ms": round(
-                            ((span.end_time or 0) - (span.start_time or 0)) / 1e6, 3
-                        ),
-                        "attributes": dict(span.attributes or {}),
-                        "events": [e.name for e in span.events],
-                        "links": [f"{link.context.trace_id:032x}" for link in span.links],
-                    },
-                    default=list,
-                ),
-                flush=True,
-            )
+            ids = span.context
+            line = {
+                "name": span.name,
+                "trace_id": f"{ids.trace_id:032x}" if ids else None,
+                "span_id": f"{ids.span_id:016x}" if ids else None,
+                "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
+                "duration_ms": round(((span.end_time or 0) - (span.start_time or 0)) / 1e6, 3),
+                "attributes": dict(span.attributes or {}),
+                "events": [e.name for e in span.events],
+                "links": [f"{link.context.trace_id:032x}" for link in span.links],
+            }
+            print(json.dumps(line, default=list), flush=True)
         return SpanExportResult.SUCCESS
 
 
