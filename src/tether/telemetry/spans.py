@@ -159,13 +159,11 @@ def start_call(run_id: str, call_id: str, tool: str) -> CallSpan | None:
     }
     span = scope = None
     if found is not None:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
 
         span = found.start_span(
             f"execute_tool {tool}", kind=trace.SpanKind.INTERNAL, attributes=attributes
         )
-        from opentelemetry import context
-
         # Current for the call, so the tool's own spans nest under it (``use_span`` without
         # its generator: attach and detach a context token).
         scope = context.attach(trace.set_span_in_context(span))
