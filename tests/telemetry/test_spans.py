@@ -154,7 +154,7 @@ def test_asked_then_granted_shows_the_approval_and_its_wait(otel: Recorded, gate
     waiting, ran = otel.spans("execute_tool refund")
     w = dict(waiting.attributes or {})
     assert w["tether.verdict"] == "ask" and w["tether.approval.id"] == approval_id
-    assert w["tether.outcome"] == "waiting"
+    assert w["tether.outcome"] == "waiting" and w["tether.risk"] == "write"
     assert events(waiting) == ["asked"]
     r = dict(ran.attributes or {})
     assert r["tether.verdict"] == "allow_after_approval"

@@ -245,7 +245,7 @@ class Gate:
         An ``async def`` tool is run to completion on an event loop of its own
         (``asyncio.run``); from a thread that runs an event loop, use ``acall``."""
         if telemetry_active():  # a span and metrics per call (tether.gate.traced)
-            return traced_call(run_id, call, lambda: self._call(run_id, call))
+            return traced_call(self.registry, run_id, call, lambda: self._call(run_id, call))
         return self._call(run_id, call)
 
     def _call(self, run_id: str, call: ToolCall) -> Outcome:
@@ -293,7 +293,9 @@ class Gate:
         effect is recorded as ``unknown`` too (the gate cannot tell whether it acted) and the
         cancellation goes on; shield the call if its outcome must be waited for."""
         if telemetry_active():
-            return await traced_acall(run_id, call, lambda: self._acall(run_id, call))
+            return await traced_acall(
+                self.registry, run_id, call, lambda: self._acall(run_id, call)
+            )
         return await self._acall(run_id, call)
 
     async def _acall(self, run_id: str, call: ToolCall) -> Outcome:
@@ -453,7 +455,7 @@ class Gate:
             if not isinstance(plan, Ask):
                 return None
             apply(tx, run_id, now, plan.writes)
-        asked(run_id, call, plan)  # a span for the asking, if traced
+        asked(self.registry, run_id, call, plan)  # a span for the asking, if traced
         return plan.signal
 
     def _settle(

@@ -40,14 +40,29 @@ from tether.gate.plan import (
 from tether.gate.state import RunState
 from tether.telemetry import spans
 from tether.telemetry.capture import captures
+from tether.tools.registry import Registry
 
 __all__ = ["asked", "planned", "returned", "traced_acall", "traced_call"]
 
 REASONS_SHOWN = 8  # reasons and provenance entries a span keeps
 
 
-def traced_call(run_id: str, call: ToolCall, inner: Callable[[], Outcome]) -> Outcome:
+def _start(registry: Registry, run_id: str, call: ToolCall) -> spans.CallSpan | None:
     span = spans.start_call(run_id, call.call_id, call.tool)
+    known = registry.find(call.tool)
+    if span is not None and known is not None:  # what the tool is, whatever the verdict
+        manifest = known.manifest
+        facts: dict[str, Any] = {"tether.risk": manifest.risk.value}
+        if manifest.description:
+            facts["gen_ai.tool.description"] = manifest.description[:200]
+        span.set(facts)
+    return span
+
+
+def traced_call(
+    registry: Registry, run_id: str, call: ToolCall, inner: Callable[[], Outcome]
+) -> Outcome:
+    span = _start(registry, run_id, call)
     if span is None:
         return inner()
     try:
@@ -60,9 +75,9 @@ def traced_call(run_id: str, call: ToolCall, inner: Callable[[], Outcome]) -> Ou
 
 
 async def traced_acall(
-    run_id: str, call: ToolCall, inner: Callable[[], Awaitable[Outcome]]
+    registry: Registry, run_id: str, call: ToolCall, inner: Callable[[], Awaitable[Outcome]]
 ) -> Outcome:
-    span = spans.start_call(run_id, call.call_id, call.tool)
+    span = _start(registry, run_id, call)
     if span is None:
         return await inner()
     try:
@@ -141,13 +156,10 @@ def _admitted(span: spans.CallSpan, plan: Admit) -> None:
         "tether.verdict": plan.label,
         "tether.policy.version": decision.policy_version,
         "tether.policy.reasons": _safe(scrub(list(decision.reasons), plan.secrets)),
-        "tether.risk": manifest.risk.value,
         "tether.tool.version": manifest.version,
         "tether.operation_key": plan.effect.operation_key,
         "gen_ai.agent.id": plan.actor,
     }
-    if manifest.description:
-        facts["gen_ai.tool.description"] = manifest.description[:200]
     if decision.provenance:
         facts["tether.provenance"] = [
             f"{p.argument}: {p.trust.value}"
@@ -197,10 +209,10 @@ def _asking(span: spans.CallSpan, plan: Ask) -> None:
     span.event("asked", {"tether.approval.id": plan.signal.approval_id})
 
 
-def asked(run_id: str, call: ToolCall, plan: Ask) -> None:
+def asked(registry: Registry, run_id: str, call: ToolCall, plan: Ask) -> None:
     """``Gate.ask_if_needed`` recorded a request (frameworks that ask before they call the
     tool): the asking is a span of its own, as a ``Gate.call`` that asks is."""
-    span = spans.start_call(run_id, call.call_id, call.tool)
+    span = _start(registry, run_id, call)
     if span is not None:
         _asking(span, plan)
         span.end("waiting")
