@@ -340,3 +340,18 @@ def test_without_the_package_the_gate_runs_and_nothing_is_recorded() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["committed", "False", "False"]
+
+
+def test_an_edit_is_a_decision_its_wait_a_span(otel: Recorded, gate: Gate) -> None:
+    run = gate.start_run(PRINCIPAL)
+    call = ToolCall(call_id="c1", tool="refund", arguments={"order_id": "A", "amount": 9})
+    with pytest.raises(ApprovalRequired) as asked:
+        gate.call(run, call)
+    edited = gate.edit(asked.value.approval_id, "finance-1", {"order_id": "A", "amount": 5})
+    wait = dict(otel.span("tether.approval refund").attributes or {})
+    assert wait["tether.approval.decision"] == "edited"
+    assert wait["tether.approval.id"] == asked.value.approval_id
+    assert wait["tether.approval.approver"] == "finance-1"
+    decided = otel.metrics()["tether.approvals.decided"]
+    assert decided == [({"gen_ai.tool.name": "refund", "tether.approval.decision": "edited"}, 1)]
+    assert edited.replaces == asked.value.approval_id

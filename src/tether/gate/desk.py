@@ -44,7 +44,7 @@ from tether.gate.state import RunState, new_id
 from tether.identity import identity_of, live_credential
 from tether.policy.rules import Policy, decide
 from tether.store.base import Store, Tx
-from tether.telemetry.spans import approval_decided, approval_expired
+from tether.telemetry.spans import approval_decided, approval_edited, approval_expired
 from tether.tools.limits import argument_problems
 from tether.tools.registry import Registry, Tool
 from tether.tools.tenancy import fill_tenant
@@ -269,8 +269,11 @@ def edit_approval(
             raise_after = found
         else:
             edit = Edit(registry, policy, live_identity(tx, who), arguments, reason)
-            return _edit(tx, store, edit, found, now)
-    raise raise_after
+            edited = _edit(tx, store, edit, found, now)
+    if isinstance(found, ApprovalStateError):
+        raise raise_after
+    approval_edited(found, edited)  # a decision too: its wait as a span, and the metrics
+    return edited
 
 
 def _run_state(tx: Tx, run_id: str) -> RunState:

@@ -22,6 +22,7 @@ import contextvars
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tether.core.approvals import Approval, ApprovalStatus
@@ -31,6 +32,7 @@ __all__ = [
     "CallSpan",
     "approval_context",
     "approval_decided",
+    "approval_edited",
     "approval_expired",
     "approval_requested",
     "current",
@@ -206,6 +208,26 @@ def approval_decided(approval: Approval) -> None:
         meters.approvals_decided.add(1, labels)
         meters.time_to_decision.record(waited, labels)
     _wait_span(approval, decision, decided_at, waited)
+
+
+def approval_edited(original: Approval, edited: Approval) -> None:
+    """An approver replaced a pending call's arguments (``edited``: the new approval, granted
+    by the editor): the original's wait ended in an edit."""
+    decided_at = edited.decided_at if edited.decided_at is not None else edited.created_at
+    waited = max(0.0, decided_at - original.created_at)
+    meters = instruments()
+    if meters is not None:
+        labels = {"gen_ai.tool.name": original.tool, "tether.approval.decision": "edited"}
+        meters.approvals_decided.add(1, labels)
+        meters.time_to_decision.record(waited, labels)
+    shown = replace(
+        original,
+        status=ApprovalStatus.EDITED,
+        approver=edited.approver,
+        decided_at=decided_at,
+        replaced_by=edited.approval_id,
+    )
+    _wait_span(shown, "edited", decided_at, waited)
 
 
 def approval_expired(approval: Approval, now: float) -> None:
