@@ -48,6 +48,14 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "audit intact:",
         '{"executions": 1, "expected": 1, ',
     ),
+    "otel_trace.py": (
+        '{"name": "execute_tool refund"',
+        '"tether.verdict": "ask"',
+        '{"name": "tether.approval refund"',
+        '"tether.approval.approver": "finance-1"',
+        '"tether.verdict": "allow_after_approval"',
+        '"events": ["granted", "dispatched", "settled"]',
+    ),
     "own_tools.py": (
         ": completed -> 'Saved.'",
         ":call-2:save_note:1  committed",

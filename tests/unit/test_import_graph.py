@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tether"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("tether.errors", "tether.crash", "tether.extras"),
     ("tether.core",),
-    ("tether.tools", "tether.models"),
+    ("tether.tools", "tether.models", "tether.telemetry"),
     ("tether.policy",),
     ("tether.evidence", "tether.store"),
     ("tether.identity", "tether.gate"),

@@ -44,6 +44,7 @@ from tether.gate.state import RunState, new_id
 from tether.identity import identity_of, live_credential
 from tether.policy.rules import Policy, decide
 from tether.store.base import Store, Tx
+from tether.telemetry.spans import approval_decided, approval_edited, approval_expired
 from tether.tools.limits import argument_problems
 from tether.tools.registry import Registry, Tool
 from tether.tools.tenancy import fill_tenant
@@ -117,6 +118,7 @@ def expire(tx: Tx, approval: Approval, now: float) -> Approval:
     tx.append_audit(
         "approval_expired", at=now, run_id=approval.run_id, data=approval_audit(expired)
     )
+    approval_expired(expired, now)
     return expired
 
 
@@ -181,6 +183,7 @@ def decide_approval(
             )
     if raise_after is not None:
         raise raise_after
+    approval_decided(decided)  # its wait as a span and the metrics (tether.telemetry)
     if approve:
         crash_point("approval.after_grant_commit")
     return decided
@@ -266,8 +269,11 @@ def edit_approval(
             raise_after = found
         else:
             edit = Edit(registry, policy, live_identity(tx, who), arguments, reason)
-            return _edit(tx, store, edit, found, now)
-    raise raise_after
+            edited = _edit(tx, store, edit, found, now)
+    if isinstance(found, ApprovalStateError):
+        raise raise_after
+    approval_edited(found, edited)  # a decision too: its wait as a span, and the metrics
+    return edited
 
 
 def _run_state(tx: Tx, run_id: str) -> RunState:

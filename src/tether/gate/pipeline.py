@@ -65,10 +65,12 @@ from tether.gate.plan import (
 )
 from tether.gate.settle import settle
 from tether.gate.state import RunState, new_id, sealed
+from tether.gate.traced import asked, planned, returned, traced_acall, traced_call
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Policy
 from tether.store.base import Store, Tx
 from tether.store.rows import RunRecord
+from tether.telemetry.otel import active as telemetry_active
 from tether.tools.registry import Registry
 
 if TYPE_CHECKING:
@@ -248,6 +250,11 @@ class Gate:
 
         An ``async def`` tool is run to completion on an event loop of its own
         (``asyncio.run``); from a thread that runs an event loop, use ``acall``."""
+        if telemetry_active():  # a span and metrics per call (tether.gate.traced)
+            return traced_call(self.registry, run_id, call, lambda: self._call(run_id, call))
+        return self._call(run_id, call)
+
+    def _call(self, run_id: str, call: ToolCall) -> Outcome:
         started = time.perf_counter()
         if loop_running():
             tool = self.registry.find(call.tool)
@@ -291,6 +298,13 @@ class Gate:
         (the tool may have acted). If the awaiting task is cancelled while the tool runs, the
         effect is recorded as ``unknown`` too (the gate cannot tell whether it acted) and the
         cancellation goes on; shield the call if its outcome must be waited for."""
+        if telemetry_active():
+            return await traced_acall(
+                self.registry, run_id, call, lambda: self._acall(run_id, call)
+            )
+        return await self._acall(run_id, call)
+
+    async def _acall(self, run_id: str, call: ToolCall) -> Outcome:
         import asyncio
 
         started = time.perf_counter()
@@ -351,6 +365,7 @@ class Gate:
             if marked is not None:
                 stop_running(marked)
             raise
+        planned(plan)  # its facts onto the call's span, if one is traced
         if isinstance(plan, Admit):
             crash_point("gate.after_dispatch_commit")
             if index is not None and plan.fresh:
@@ -446,6 +461,7 @@ class Gate:
             if not isinstance(plan, Ask):
                 return None
             apply(tx, run_id, now, plan.writes)
+        asked(self.registry, run_id, call, plan)  # a span for the asking, if traced
         return plan.signal
 
     def _settle(
@@ -459,6 +475,7 @@ class Gate:
         """Steps 9-10, after the tool was called with its key (step 8, in ``call`` and
         ``acall``): ``settle`` says what happened (pure), this records it."""
         crash_point("gate.after_tool_return")
+        returned()
         # From here on nothing may raise before the outcome is recorded: the tool has run.
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         done = settle(admitted, raw, error, self.clock(), latency_ms)

@@ -67,6 +67,7 @@ from tether.runs.turns import (
 )
 from tether.store.base import Tx
 from tether.store.rows import RunRecord
+from tether.telemetry.spans import traced_run
 
 __all__ = ["Approver", "RunResult", "Runner", "Step", "load_result"]
 
@@ -183,7 +184,7 @@ class Runner:
         heartbeat = Heartbeat(self.store, run_id, self.worker, self.lease_s, self.clock)
         heartbeat.start()
         try:
-            return self._recover_and_drive(run_id, claimed)
+            return traced_run(run_id, lambda: self._recover_and_drive(run_id, claimed))
         except _Stopped:
             return load_result(self.store, run_id)
         except _TRANSIENT:

@@ -58,6 +58,7 @@ from tether.evidence.crosscheck import (
 from tether.evidence.keys import AuditKeys
 from tether.store import keying
 from tether.store.rows import CallView, CredentialRecord, NotificationRecord, RunRecord, StepRecord
+from tether.telemetry.state import count_verification
 
 
 class Tx(abc.ABC):
@@ -513,7 +514,9 @@ class Store(abc.ABC):
         pass over the log. Raises ``AuditKeyMissing`` if there is a log but no key to check
         it with."""
         with self.evidence() as evidence:
-            return verify_evidence(evidence, self.keys)
+            report = verify_evidence(evidence, self.keys)
+        count_verification(report.intact)  # for /metrics and the OpenTelemetry counter
+        return report
 
     # -- the audit key -----------------------------------------------------------------------
     def default_key_path(self, store_id: str | None) -> Path | None:

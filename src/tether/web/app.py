@@ -29,6 +29,7 @@ from tether.web.context import (
     https_site,
 )
 from tether.web.hosts import HostGuard
+from tether.web.metrics import add_metrics
 from tether.web.pages import add_pages
 from tether.web.service import WebError
 from tether.web.slack import add_slack
@@ -57,6 +58,7 @@ def create_app(config: WebConfig) -> FastAPI:
     api.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     add_api(api, site)
     add_slack(api, site)
+    add_metrics(api, site)  # GET /metrics, for a Prometheus scraper (tether.web.metrics)
     error_page = add_pages(api, site)
 
     def is_api(request: Request) -> bool:
