@@ -1,0 +1,143 @@
+"""tether's governed activity on a real Temporal dev server, with worker processes that are
+started, SIGKILLed and raced for real. Every payment is counted in a SQLite "world" file
+that tether never writes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from tests.temporal.conftest import Workers, wait_for_exit
+from tests.temporal.flows import Governed, Plain
+from tests.temporal.worker import payments
+from tether.adapters.temporal import CallAnswer
+from tether.core.ledger import EffectStatus
+from tether.store import open_store
+
+PAY = {"tool": "pay", "arguments": {"recipient": "ada", "amount": 30}}
+
+
+async def run_workflow(workers: Workers, flow: Any, steps: list[dict[str, Any]]) -> Any:
+    client = await Client.connect(workers.server.address)
+    handle = await client.start_workflow(
+        flow.run, steps, id=f"wf-{uuid.uuid4().hex[:10]}", task_queue=workers.queue
+    )
+    return handle.id, await asyncio.wait_for(handle.result(), timeout=120)
+
+
+def governed(workers: Workers, *steps: dict[str, Any]) -> tuple[str, list[CallAnswer]]:
+    workflow_id, answers = asyncio.run(run_workflow(workers, Governed, list(steps)))
+    return workflow_id, answers
+
+
+def test_an_allowed_call_runs_once_with_its_operation_key(workers: Workers) -> None:
+    store = open_store(workers.store_url)
+    workers.start()
+    workflow_id, (answer,) = governed(workers, PAY)
+    assert answer.kind == "ran" and answer.result == {"paid": "ada", "amount": 30}
+    assert not answer.replayed
+    (effect,) = store.list_effects(workflow_id)  # the tether run is the workflow
+    assert effect.status is EffectStatus.COMMITTED
+    assert answer.operation_key == effect.operation_key
+    assert effect.operation_key.startswith(f"{workflow_id}:{answer.call_id}:pay:")
+    assert payments(workers.world) == [(effect.operation_key, "ada", 30)]  # the key reached it
+
+
+def test_two_calls_are_two_effects_and_a_read_is_allowed(workers: Workers) -> None:
+    open_store(workers.store_url)
+    workers.start()
+    read = {"tool": "balance", "arguments": {"account": "ada"}}
+    _, answers = governed(workers, PAY, PAY, read)
+    assert [a.kind for a in answers] == ["ran", "ran", "ran"]
+    assert answers[0].call_id != answers[1].call_id
+    assert len(payments(workers.world)) == 2
+    assert answers[2].result == 20
+
+
+def test_a_denial_reaches_the_workflow_as_what_the_model_reads(workers: Workers) -> None:
+    store = open_store(workers.store_url)
+    workers.start()
+    drop = {"tool": "drop_ledger", "arguments": {"reason": "cleanup"}}
+    workflow_id, (denied, after) = governed(workers, drop, PAY)
+    assert denied.kind == "refused" and denied.error == "PolicyDenied"
+    assert "denies 'drop_ledger'" in denied.text
+    assert after.kind == "ran"  # the workflow goes on; the model may try something else
+    assert [e.tool_name for e in store.list_effects(workflow_id)] == ["pay"]
+
+
+def test_unknown_tool_is_refused(workers: Workers) -> None:
+    open_store(workers.store_url)
+    workers.start()
+    _, (answer,) = governed(workers, {"tool": "launch", "arguments": {}})
+    assert answer.kind == "refused" and answer.error == "UnknownToolError"
+
+
+def reconcilers(world: Path) -> list[str]:
+    log = Path(f"{world}.reconciled")
+    return log.read_text().split() if log.exists() else []
+
+
+def reconciling(world: Path, count: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(reconcilers(world)) < count:
+        assert time.monotonic() < deadline, "no worker took the retried activity"
+        time.sleep(0.05)
+
+
+def killed_after_the_effect(workers: Workers, flow: Any, *others: dict[str, str]) -> Any:
+    """Start the flow on a worker that SIGKILLs itself right after the payment; then start
+    ``others`` (workers' environments) to take Temporal's retry; the flow's result."""
+
+    async def scenario() -> Any:
+        client = await Client.connect(workers.server.address)
+        doomed = workers.start(KILL_AFTER_EFFECT="1")
+        handle = await client.start_workflow(
+            flow.run, [PAY], id=f"wf-{uuid.uuid4().hex[:10]}", task_queue=workers.queue
+        )
+        code = await asyncio.to_thread(wait_for_exit, doomed)
+        assert code == -signal.SIGKILL
+        assert len(payments(workers.world)) == 1  # the effect happened; nobody reported it
+        for env in others or ({},):
+            workers.start(**env)
+            if "SLOW_RECONCILE" in env:  # the next one starts once this one is at it
+                await asyncio.to_thread(reconciling, workers.world, 1)
+        return handle.id, await asyncio.wait_for(handle.result(), timeout=120)
+
+    return asyncio.run(scenario())
+
+
+def test_plain_temporal_pays_twice_when_the_worker_dies_after_the_effect(
+    workers: Workers,
+) -> None:
+    _, (result,) = killed_after_the_effect(workers, Plain)
+    assert result == {"paid": "ada", "amount": 30}
+    assert len(payments(workers.world)) == 2  # at least once: the retry paid again
+
+
+def test_tether_pays_once_when_the_worker_dies_after_the_effect(workers: Workers) -> None:
+    store = open_store(workers.store_url)
+    workflow_id, (answer,) = killed_after_the_effect(workers, Governed)
+    assert answer.kind == "ran" and answer.result == {"paid": "ada", "amount": 30}
+    assert answer.replayed  # the retry replayed what the reconciler found
+    (effect,) = store.list_effects(workflow_id)
+    assert effect.status is EffectStatus.RECONCILED_COMMITTED
+    assert [p[0] for p in payments(workers.world)] == [effect.operation_key]
+
+
+def test_two_workers_racing_the_retried_activity_pay_once(tmp_path: Path, workers: Workers) -> None:
+    # After the kill, one worker takes the retry and is slow to reconcile, past the
+    # activity's start-to-close timeout; Temporal hands the next attempt to the other
+    # worker while the first is still at it. Both are in the gate for the same call.
+    store = open_store(workers.store_url)
+    workflow_id, (answer,) = killed_after_the_effect(workers, Governed, {"SLOW_RECONCILE": "6"}, {})
+    assert answer.kind == "ran"
+    (effect,) = store.list_effects(workflow_id)
+    assert effect.status is EffectStatus.RECONCILED_COMMITTED
+    assert len(payments(workers.world)) == 1
+    assert len(set(reconcilers(workers.world))) == 2  # two worker processes raced for it

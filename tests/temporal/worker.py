@@ -1,0 +1,148 @@
+"""A Temporal worker process for the tests: the governed and the plain workflows, tether's
+activity over a tether store, and a plain activity, over one "world" (a SQLite file outside
+tether counting every payment that happened).
+
+    python -m tests.temporal.worker ADDRESS TASK_QUEUE STORE_URL WORLD_PATH
+
+Environment: ``KILL_AFTER_EFFECT=1`` SIGKILLs this process right after its first payment
+(the effect happened; nothing reported it); ``SLOW_RECONCILE=S`` makes the reconciler take
+S seconds (so another worker races it); ``APPROVAL_TTL=S`` sets the policy's approval expiry.
+Prints ``ready`` once polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tether import Gate, Policy, Principal, Registry, Risk
+from tether.core.verdicts import Verdict
+from tether.policy.constraints import ToolRule
+from tether.store import open_store
+
+PRINCIPAL = Principal(subject="agent-1", tenant="acme", scopes=frozenset())
+APPROVER = "reviewer-1"
+
+
+def policy(ttl_s: float = 3600.0) -> Policy:
+    return Policy(
+        version="temporal-1",
+        approvers=frozenset({APPROVER}),
+        tools={
+            "pay": ToolRule(verdict=Verdict.ALLOW),
+            "drop_ledger": ToolRule(verdict=Verdict.DENY),
+        },
+        approval_ttl_s=ttl_s,
+    )
+
+
+def world(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS payments "
+        "(seq INTEGER PRIMARY KEY, key TEXT, recipient TEXT, amount INTEGER, pid INTEGER)"
+    )
+    return db
+
+
+def payments(path: Path) -> list[tuple[str, str, int]]:
+    if not path.exists():
+        return []
+    with world(path) as db:
+        rows = db.execute("SELECT key, recipient, amount FROM payments ORDER BY seq").fetchall()
+    return [(str(k), str(r), int(a)) for k, r, a in rows]
+
+
+def make_payment(path: Path, key: str, recipient: str, amount: int) -> dict[str, Any]:
+    """The side effect, then (if asked) the worker dies before anyone hears of it."""
+    db = world(path)
+    db.execute(
+        "INSERT INTO payments (key, recipient, amount, pid) VALUES (?, ?, ?, ?)",
+        (key, recipient, amount, os.getpid()),
+    )
+    db.close()
+    if os.environ.get("KILL_AFTER_EFFECT") == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"paid": recipient, "amount": amount}
+
+
+def registry(path: Path) -> Registry:
+    reg = Registry()
+
+    def reconcile(operation_key: str) -> dict[str, Any] | None:
+        with Path(f"{path}.reconciled").open("a") as log:  # who asked, for the race test
+            log.write(f"{os.getpid()}\n")
+        time.sleep(float(os.environ.get("SLOW_RECONCILE", "0")))
+        with world(path) as db:
+            row = db.execute(
+                "SELECT recipient, amount FROM payments WHERE key = ?", (operation_key,)
+            ).fetchone()
+        return None if row is None else {"paid": row[0], "amount": row[1]}
+
+    @reg.tool(risk=Risk.WRITE, reconcile=reconcile)
+    def pay(recipient: str, amount: int, operation_key: str) -> dict[str, Any]:
+        """Pay someone (allowed by the policy's rule)."""
+        return make_payment(path, operation_key, recipient, amount)
+
+    @reg.tool(risk=Risk.WRITE, reconcile=reconcile)
+    def refund(recipient: str, amount: int, operation_key: str) -> dict[str, Any]:
+        """Refund someone (a write: the policy asks a human)."""
+        return make_payment(path, operation_key, recipient, amount)
+
+    @reg.tool(risk=Risk.READ)
+    def balance(account: str) -> int:
+        """Read a balance."""
+        return len(payments(path)) * 10
+
+    @reg.tool(risk=Risk.ADMIN)
+    def drop_ledger(reason: str) -> str:
+        """Drop the ledger (the policy denies it)."""
+        raise AssertionError("a denied tool ran")
+
+    return reg
+
+
+async def main(address: str, queue: str, store_url: str, world_path: str) -> None:
+    from temporalio import activity
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from tests.temporal.flows import Governed, Plain
+    from tether.adapters.temporal import Governor
+
+    path = Path(world_path)
+    ttl = float(os.environ.get("APPROVAL_TTL", "3600"))
+    gate = Gate(registry(path), policy(ttl), open_store(store_url))
+    governor = Governor(gate, PRINCIPAL)
+
+    @activity.defn(name="plain.pay")
+    def plain_pay(arguments: dict[str, Any]) -> dict[str, Any]:
+        info = activity.info()
+        key = f"plain:{info.workflow_id}:{info.activity_id}:{info.attempt}"
+        return make_payment(path, key, arguments["recipient"], int(arguments["amount"]))
+
+    client = await Client.connect(address)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        worker = Worker(
+            client,
+            task_queue=queue,
+            workflows=[Governed, Plain],
+            activities=[*governor.activities, plain_pay],
+            activity_executor=pool,
+        )
+        async with worker:
+            print("ready", flush=True)
+            await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))
