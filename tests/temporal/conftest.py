@@ -52,6 +52,7 @@ class Workers:
             ],
             cwd=ROOT,
             env={**os.environ, **env},
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -66,8 +67,9 @@ class Workers:
             if process.poll() is None:
                 process.kill()
             process.wait(timeout=10)
-            if process.stdout is not None:
-                process.stdout.close()
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None:
+                    pipe.close()
 
 
 def wait_for_exit(process: subprocess.Popen[str], timeout_s: float = 60) -> int:

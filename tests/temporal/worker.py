@@ -141,7 +141,7 @@ async def main(address: str, queue: str, store_url: str, world_path: str) -> Non
         )
         async with worker:
             print("ready", flush=True)
-            await asyncio.Event().wait()
+            await asyncio.to_thread(sys.stdin.read)  # until the test closes our stdin (or dies)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,14 @@ the gate in.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.adapters.temporal.activity import Governor
+    from tether.adapters.temporal.devserver import DevServer
+    from tether.adapters.temporal.shapes import ACTIVITY, APPROVAL_SIGNAL, CallAnswer, CallRequest
+    from tether.adapters.temporal.waker import ApprovalWaker
+    from tether.adapters.temporal.workflow import GovernedCalls
 
 __all__ = [
     "ACTIVITY",

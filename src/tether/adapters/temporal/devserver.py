@@ -43,6 +43,18 @@ def free_port() -> int:
         return port
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, SIGKILL it when its parent dies, so a test run
+    or example killed from outside does not strand a server (elsewhere: stop() only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 class DevServer:
     """``with DevServer(directory) as server:`` a running dev server at ``server.address``,
     its history in ``directory/temporal.db``."""
@@ -85,7 +97,11 @@ class DevServer:
         with self.log.open("ab") as log:
             # A process group of its own: stop() kills the server and anything it started.
             self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only calls prctl
             )
         self._wait_ready()
         return self

@@ -2,8 +2,8 @@
 dataclasses of JSON values (Temporal's default converter carries them), no tether imports,
 so a workflow module can import them inside its sandbox without pulling the gate in."""
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Temporal's converter reads these fields'
+# types inside the workflow sandbox, where evaluating string annotations can fail.
 from dataclasses import dataclass, field
 from typing import Any
 
