@@ -38,7 +38,8 @@ class Governed:
     async def run(self, steps: list[dict[str, Any]]) -> list[CallAnswer]:
         answers = []
         for step in steps:
-            answers.append(await self.calls.call(step["tool"], step.get("arguments", {})))
+            arguments, key = step.get("arguments", {}), step.get("key")
+            answers.append(await self.calls.call(step["tool"], arguments, key=key))
         return answers
 
     @workflow.query
@@ -64,3 +65,20 @@ class Plain:
                 )
             )
         return results
+
+
+@workflow.defn(name="Chain")
+class Chain:
+    """One governed payment per run, continuing as new until ``runs`` is 1."""
+
+    def __init__(self) -> None:
+        self.calls = GovernedCalls(
+            start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT, retry_policy=RETRY
+        )
+
+    @workflow.run
+    async def run(self, runs: int, paid: list[CallAnswer]) -> list[CallAnswer]:
+        answer = await self.calls.call("pay", {"recipient": "ada", "amount": runs})
+        if runs > 1:
+            workflow.continue_as_new(args=[runs - 1, [*paid, answer]])
+        return [*paid, answer]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,13 +82,6 @@ def reconcilers(world: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
-def reconciling(world: Path, count: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(reconcilers(world)) < count:
-        assert time.monotonic() < deadline, "no worker took the retried activity"
-        time.sleep(0.05)
-
-
 def killed_after_the_effect(workers: Workers, flow: Any, *others: dict[str, str]) -> Any:
     """Start the flow on a worker that SIGKILLs itself right after the payment; then start
     ``others`` (workers' environments) to take Temporal's retry; the flow's result."""
@@ -105,8 +97,6 @@ def killed_after_the_effect(workers: Workers, flow: Any, *others: dict[str, str]
         assert len(payments(workers.world)) == 1  # the effect happened; nobody reported it
         for env in others or ({},):
             workers.start(**env)
-            if "SLOW_RECONCILE" in env:  # the next one starts once this one is at it
-                await asyncio.to_thread(reconciling, workers.world, 1)
         return handle.id, await asyncio.wait_for(handle.result(), timeout=120)
 
     return asyncio.run(scenario())
@@ -131,11 +121,14 @@ def test_tether_pays_once_when_the_worker_dies_after_the_effect(workers: Workers
 
 
 def test_two_workers_racing_the_retried_activity_pay_once(tmp_path: Path, workers: Workers) -> None:
-    # After the kill, one worker takes the retry and is slow to reconcile, past the
-    # activity's start-to-close timeout; Temporal hands the next attempt to the other
-    # worker while the first is still at it. Both are in the gate for the same call.
+    # After the kill, two workers wait for the retry, each running one activity at a time
+    # and slow to reconcile (past the activity's start-to-close timeout). One takes the
+    # retry; when it times out Temporal hands the next attempt to the other while the first
+    # is still in the gate with the same call (its slot stays taken until its gate call
+    # ends). Two processes reconcile one effect at once; it is settled and paid once.
     store = open_store(workers.store_url)
-    workflow_id, (answer,) = killed_after_the_effect(workers, Governed, {"SLOW_RECONCILE": "6"}, {})
+    racer = {"SLOW_RECONCILE": "6", "MAX_ACTIVITIES": "1"}
+    workflow_id, (answer,) = killed_after_the_effect(workers, Governed, racer, racer)
     assert answer.kind == "ran"
     (effect,) = store.list_effects(workflow_id)
     assert effect.status is EffectStatus.RECONCILED_COMMITTED

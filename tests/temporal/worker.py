@@ -6,7 +6,8 @@ tether counting every payment that happened).
 
 Environment: ``KILL_AFTER_EFFECT=1`` SIGKILLs this process right after its first payment
 (the effect happened; nothing reported it); ``SLOW_RECONCILE=S`` makes the reconciler take
-S seconds (so another worker races it); ``APPROVAL_TTL=S`` sets the policy's approval expiry.
+S seconds (so another worker races it); ``MAX_ACTIVITIES=N`` bounds the activities it runs at once;
+``APPROVAL_TTL=S`` sets the policy's approval expiry.
 Prints ``ready`` once polling.
 """
 
@@ -114,7 +115,7 @@ async def main(address: str, queue: str, store_url: str, world_path: str) -> Non
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from tests.temporal.flows import Governed, Plain
+    from tests.temporal.flows import Chain, Governed, Plain
     from tether.adapters.temporal import Governor
 
     path = Path(world_path)
@@ -135,9 +136,10 @@ async def main(address: str, queue: str, store_url: str, world_path: str) -> Non
         worker = Worker(
             client,
             task_queue=queue,
-            workflows=[Governed, Plain],
+            workflows=[Chain, Governed, Plain],
             activities=[*governor.activities, plain_pay],
             activity_executor=pool,
+            max_concurrent_activities=int(os.environ.get("MAX_ACTIVITIES", "100")),
         )
         async with worker:
             print("ready", flush=True)

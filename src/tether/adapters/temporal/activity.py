@@ -150,17 +150,25 @@ class Governor:
 
     async def _beating(self, work: Callable[[], Answer], info: activity.Info) -> Answer:
         """``work`` in a thread, heartbeating meanwhile if the activity has a heartbeat
-        timeout (so Temporal notices a dead worker within it, not at start-to-close)."""
+        timeout (so Temporal notices a dead worker within it, not at start-to-close).
+
+        Cancelled (the activity timed out, or the workflow cancelled it), the activity still
+        waits for the gate to finish: the call, once dispatched, runs to its recorded outcome,
+        and the worker's activity slot stays taken while it does, so this worker does not
+        take on more than it is running."""
         task = asyncio.ensure_future(asyncio.to_thread(work))
         timeout = info.heartbeat_timeout
-        if timeout is None or not timeout.total_seconds():
-            return await asyncio.shield(task)
-        every = max(timeout.total_seconds() / 3, 0.05)
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=every)
-            if done:
-                return task.result()
-            activity.heartbeat()
+        every = timeout.total_seconds() / 3 if timeout and timeout.total_seconds() else None
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=every)
+                if done:
+                    return task.result()
+                activity.heartbeat()
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(task)
+            raise
 
 
 def mapped(judged: Answer, call_id: str) -> CallAnswer:
