@@ -1,7 +1,5 @@
-"""tether on Temporal: a worker is SIGKILLed after paying, before it reports; Temporal retries.
-
-Plain activities run at least once: the retry pays again. tether's activity finds the payment
-unsettled in its ledger, asks the payee (the tool's reconciler) and replays what happened."""
+"""tether on Temporal: a worker is SIGKILLed after paying, before it reports; Temporal retries:
+plain activities pay twice; tether's activity asks the payee (its reconciler) and pays once."""
 
 import asyncio
 import json
@@ -14,20 +12,22 @@ import tempfile
 from datetime import timedelta
 from typing import Any
 
-from temporalio import activity, workflow
-from temporalio.client import Client
-from temporalio.common import RetryPolicy
-from temporalio.worker import Worker
+try:
+    from temporalio import activity, workflow
+    from temporalio.client import Client
+    from temporalio.common import RetryPolicy
+    from temporalio.worker import Worker
+except ModuleNotFoundError:  # without the extra: say what to install, and stop cleanly
+    print("this example needs tether's [temporal] extra: pip install 'tether[temporal]'")
+    sys.exit(0)
 
 with workflow.unsafe.imports_passed_through():  # the workflow sandbox re-imports this file
     from tether import Gate, Policy, Principal, Registry, Risk, Verdict, open_store
     from tether.adapters.temporal import DevServer, GovernedCalls, Governor
 
-OPTIONS: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "heartbeat_timeout": timedelta(seconds=1),  # a dead worker is noticed within a second
-    "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=200)),
-}
+QUICK = RetryPolicy(initial_interval=timedelta(milliseconds=200))
+OPTIONS: dict[str, Any] = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": QUICK}
+OPTIONS["heartbeat_timeout"] = timedelta(seconds=1)  # a dead worker is noticed within a second
 registry = Registry()  # the tools tether governs
 
 

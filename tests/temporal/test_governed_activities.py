@@ -5,14 +5,18 @@ that tether never writes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 
-from tests.temporal.conftest import Workers, wait_for_exit
+from tests.temporal.conftest import ROOT, Workers, wait_for_exit
 from tests.temporal.flows import Governed, Plain
 from tests.temporal.worker import payments
 from tether.adapters.temporal import CallAnswer
@@ -134,3 +138,76 @@ def test_two_workers_racing_the_retried_activity_pay_once(tmp_path: Path, worker
     assert effect.status is EffectStatus.RECONCILED_COMMITTED
     assert len(payments(workers.world)) == 1
     assert len(set(reconcilers(workers.world))) == 2  # two worker processes raced for it
+
+
+def test_an_unknown_outcome_with_no_reconciler_waits_for_a_human(workers: Workers) -> None:
+    # The tool cannot say whether it acted: the retries fail (retryably) and nothing is
+    # sent again until an approver says what happened; then the next retry replays it.
+    from tests.temporal.test_approvals import approver_token
+
+    store = open_store(workers.store_url)
+    token = approver_token(store)
+    transfer = {"tool": "transfer", "arguments": {"recipient": "bo", "amount": 9}}
+
+    async def scenario() -> tuple[str, list[CallAnswer]]:
+        client = await Client.connect(workers.server.address)
+        doomed = workers.start(KILL_AFTER_EFFECT="1")
+        handle = await client.start_workflow(
+            Governed.run, [transfer], id=f"wf-{uuid.uuid4().hex[:10]}", task_queue=workers.queue
+        )
+        assert await asyncio.to_thread(wait_for_exit, doomed) == -signal.SIGKILL
+        workers.start()
+        key = await unknown_effect(store, handle.id)
+        await asyncio.sleep(3)  # retries meanwhile: each one finds it unknown, sends nothing
+        assert len(payments(workers.world)) == 1
+        description = await handle.describe()
+        (pending,) = description.raw_description.pending_activities
+        assert pending.attempt >= 3 and "TetherOutcomeUnknown" in str(pending.last_failure)
+        await asyncio.to_thread(resolve_with_cli, workers, key, token)
+        answers: list[CallAnswer] = await asyncio.wait_for(handle.result(), timeout=60)
+        return handle.id, answers
+
+    workflow_id, (answer,) = asyncio.run(scenario())
+    assert answer.kind == "ran" and answer.replayed
+    assert answer.result == {"sent": True}
+    (effect,) = store.list_effects(workflow_id)
+    assert effect.status is EffectStatus.RECONCILED_COMMITTED
+    assert len(payments(workers.world)) == 1
+
+
+async def unknown_effect(store: Any, run_id: str, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for effect in store.list_effects(run_id):
+            if effect.status is EffectStatus.UNKNOWN:
+                return str(effect.operation_key)
+        await asyncio.sleep(0.1)
+    raise AssertionError("the effect never became unknown")
+
+
+def resolve_with_cli(workers: Workers, key: str, token: str) -> None:
+    token_file = workers.world.parent / "resolver.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    says = ["--committed", "--result", '{"sent": true}', "--token-file", str(token_file)]
+    says += ["--app", "tests.temporal.worker:app"]  # the policy: who may say what happened
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "effects",
+            "resolve",
+            key,
+            *says,
+            "--db",
+            workers.store_url,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TETHER_TEST_WORLD": str(workers.world)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tether import Gate, Policy, Principal, Registry, Risk
+from tether import App, Gate, Policy, Principal, Registry, Risk
 from tether.core.verdicts import Verdict
 from tether.policy.constraints import ToolRule
 from tether.store import open_store
@@ -37,6 +37,7 @@ def policy(ttl_s: float = 3600.0) -> Policy:
         approvers=frozenset({APPROVER}),
         tools={
             "pay": ToolRule(verdict=Verdict.ALLOW),
+            "transfer": ToolRule(verdict=Verdict.ALLOW),
             "drop_ledger": ToolRule(verdict=Verdict.DENY),
         },
         approval_ttl_s=ttl_s,
@@ -97,6 +98,11 @@ def registry(path: Path) -> Registry:
         """Refund someone (a write: the policy asks a human)."""
         return make_payment(path, operation_key, recipient, amount)
 
+    @reg.tool(risk=Risk.WRITE)
+    def transfer(recipient: str, amount: int, operation_key: str) -> dict[str, Any]:
+        """Move money (allowed; no reconciler: an unknown outcome waits for a human)."""
+        return make_payment(path, operation_key, recipient, amount)
+
     @reg.tool(risk=Risk.READ)
     def balance(account: str) -> int:
         """Read a balance."""
@@ -108,6 +114,18 @@ def registry(path: Path) -> Registry:
         raise AssertionError("a denied tool ran")
 
     return reg
+
+
+def app() -> App:
+    """The worker's registry and policy as an ``App``, for the command line (``tether effects
+    resolve --app tests.temporal.worker:app`` asks the policy who may resolve). It runs no
+    agent loop, so its model is never asked."""
+
+    def no_model() -> Any:
+        raise AssertionError("the Temporal tests run no tether agent loop")
+
+    world_path = Path(os.environ.get("TETHER_TEST_WORLD", "world.db"))
+    return App(registry=registry(world_path), policy=policy(), model=no_model, principal=PRINCIPAL)
 
 
 async def main(address: str, queue: str, store_url: str, world_path: str) -> None:
