@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,7 @@ except ModuleNotFoundError as e:  # pragma: no cover - exercised without the ext
 __all__ = ["Governor", "call_id_for", "run_id_for"]
 
 UNSETTLED_ERROR = "TetherOutcomeUnknown"  # the ApplicationError type of an unsettled call
+KNOWN_RUNS = 4096
 
 
 def run_id_for(info: activity.Info) -> str:
@@ -87,7 +89,8 @@ class Governor:
         self.principal = principal
         self.budget = budget
         self.name = name
-        self._started: set[str] = set()  # runs this process knows exist
+        # Runs this process knows exist (bounded: a forgotten one is read from the store).
+        self._started: OrderedDict[str, None] = OrderedDict()
 
         async def governed(request: CallRequest) -> CallAnswer:
             return await self.call(request)
@@ -139,6 +142,7 @@ class Governor:
 
     def _ensure_run(self, run_id: str) -> None:
         if run_id in self._started:
+            self._started.move_to_end(run_id)
             return
         with self.gate.store.read() as tx:
             exists = tx.get_run(run_id) is not None
@@ -146,7 +150,9 @@ class Governor:
             # Another worker may start it at the same instant: then it exists, as wanted.
             with contextlib.suppress(AlreadyExists):
                 self.gate.start_run(self.principal, budget=self.budget, run_id=run_id)
-        self._started.add(run_id)
+        self._started[run_id] = None
+        while len(self._started) > KNOWN_RUNS:
+            self._started.popitem(last=False)
 
     async def _beating(self, work: Callable[[], Answer], info: activity.Info) -> Answer:
         """``work`` in a thread, heartbeating meanwhile if the activity has a heartbeat

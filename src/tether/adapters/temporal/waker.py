@@ -61,13 +61,17 @@ class ApprovalWaker:
     def decided(self) -> list[Approval]:
         """Decided approvals this waker has not signalled yet."""
         found: list[Approval] = []
+        decided: set[str] = set()
         for status in DECIDED:
             for approval in self.store.list_approvals(status=status):
+                decided.add(approval.approval_id)
                 if approval.approval_id in self.sent:
                     continue
                 if self.runs is not None and not self.runs(approval.run_id):
                     continue
                 found.append(approval)
+        # An approval that left the decided states (used) does not come back to them.
+        self.sent &= decided
         return found
 
     async def wake_once(self) -> int:
