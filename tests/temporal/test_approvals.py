@@ -5,6 +5,7 @@ decides in another process, and the gate, not the signal, decides what runs."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -218,3 +219,38 @@ def test_the_waker_signals_each_decided_approval_once(tmp_path: Path, workers: W
     before, total, (answer,) = asyncio.run(scenario())
     assert (before, total) == (0, 1)
     assert answer.kind == "ran"
+
+
+def test_an_approvers_edit_runs_the_edited_call_once(
+    workers: Workers, waker: subprocess.Popen[bytes]
+) -> None:
+    store = open_store(workers.store_url)
+    token = approver_token(store)
+    workers.start()
+
+    async def scenario() -> list[CallAnswer]:
+        handle = await start(workers, REFUND)
+        approval = await pending_approval(store, handle.id)
+        token_file = workers.world.parent / "editor.token"
+        token_file.write_text(token)
+        token_file.chmod(0o600)
+        edit = [sys.executable, "-m", "tether", "approvals", "edit", approval.approval_id]
+        edit += ["--arguments", '{"recipient": "ada", "amount": 3}', "--db", workers.store_url]
+        done = await asyncio.to_thread(
+            subprocess.run,
+            # The edit is judged again: the app names the worker's registry and policy.
+            [*edit, "--token-file", str(token_file), "--app", "tests.temporal.worker:app"],
+            cwd=ROOT,
+            env={**os.environ, "TETHER_TEST_WORLD": str(workers.world)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        answers: list[CallAnswer] = await asyncio.wait_for(handle.result(), timeout=60)
+        return answers
+
+    (answer,) = asyncio.run(scenario())
+    assert answer.kind == "ran" and answer.result == {"paid": "ada", "amount": 3}
+    assert [amount for _, _, amount in payments(workers.world)] == [3]  # the edit, once
