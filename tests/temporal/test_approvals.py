@@ -177,7 +177,7 @@ def test_a_forged_signal_runs_nothing_and_the_workflow_keeps_waiting(workers: Wo
     # Anyone who can reach Temporal can signal the workflow; the signal names an approval
     # but carries no grant, so the gate finds the approval still pending and nothing runs.
     store = open_store(workers.store_url)
-    workers.start(APPROVAL_TTL="6")
+    workers.start(APPROVAL_TTL="10")
 
     async def scenario() -> tuple[list[CallAnswer], int, ApprovalStatus]:
         handle = await start(workers, REFUND)
