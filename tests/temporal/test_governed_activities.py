@@ -211,3 +211,13 @@ def resolve_with_cli(workers: Workers, key: str, token: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_worker_names_each_workflows_principal(workers: Workers) -> None:
+    store = open_store(workers.store_url)
+    workers.start(PRINCIPAL_PER_WORKFLOW="1")
+    workflow_id, (answer,) = governed(workers, PAY)
+    assert answer.kind == "ran"
+    with store.read() as tx:
+        run = tx.get_run(workflow_id)
+    assert run is not None and run.principal_id == "agent-governed"

@@ -7,7 +7,8 @@ tether counting every payment that happened).
 Environment: ``KILL_AFTER_EFFECT=1`` SIGKILLs this process right after its first payment
 (the effect happened; nothing reported it); ``SLOW_RECONCILE=S`` makes the reconciler take
 S seconds (so another worker races it); ``MAX_ACTIVITIES=N`` bounds the activities it runs at once;
-``APPROVAL_TTL=S`` sets the policy's approval expiry.
+``APPROVAL_TTL=S`` sets the policy's approval expiry; ``PRINCIPAL_PER_WORKFLOW=1`` names the
+principal from the workflow's type.
 Prints ``ready`` once polling.
 """
 
@@ -139,7 +140,18 @@ async def main(address: str, queue: str, store_url: str, world_path: str) -> Non
     path = Path(world_path)
     ttl = float(os.environ.get("APPROVAL_TTL", "3600"))
     gate = Gate(registry(path), policy(ttl), open_store(store_url))
-    governor = Governor(gate, PRINCIPAL)
+    if os.environ.get("PRINCIPAL_PER_WORKFLOW") == "1":
+        # Who a workflow acts for, as the worker's code says: here, by workflow type.
+        governor = Governor(
+            gate,
+            lambda info: Principal(
+                subject=f"agent-{(info.workflow_type or '').lower()}",
+                tenant="acme",
+                scopes=frozenset(),
+            ),
+        )
+    else:
+        governor = Governor(gate, PRINCIPAL)
 
     @activity.defn(name="plain.pay")
     def plain_pay(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -73,14 +73,22 @@ def call_id_for(request: CallRequest, info: activity.Info) -> str:
     return request.call_id or f"{info.workflow_run_id}/{info.activity_id}"
 
 
+PrincipalFor = Callable[[activity.Info], Principal]
+
+
 class Governor:
     """The activities a Temporal worker registers so its workflows' tool calls pass ``gate``,
-    in tether runs acting for ``principal`` (started on a workflow's first call)."""
+    in tether runs acting for ``principal`` (started on a workflow's first call).
+
+    ``principal`` may be a function of the activity's ``Info`` (the workflow's id and type,
+    its task queue): the worker's own code says who a workflow acts for, never the workflow's
+    input, which whoever starts a workflow chooses. It is asked only when the run is started;
+    a run keeps its sealed principal."""
 
     def __init__(
         self,
         gate: Gate,
-        principal: Principal,
+        principal: Principal | PrincipalFor,
         *,
         budget: Budget | None = None,
         name: str = ACTIVITY,
@@ -148,8 +156,13 @@ class Governor:
             exists = tx.get_run(run_id) is not None
         if not exists:
             # Another worker may start it at the same instant: then it exists, as wanted.
+            principal = (
+                self.principal
+                if isinstance(self.principal, Principal)
+                else self.principal(activity.info())
+            )
             with contextlib.suppress(AlreadyExists):
-                self.gate.start_run(self.principal, budget=self.budget, run_id=run_id)
+                self.gate.start_run(principal, budget=self.budget, run_id=run_id)
         self._started[run_id] = None
         while len(self._started) > KNOWN_RUNS:
             self._started.popitem(last=False)
