@@ -104,6 +104,7 @@ def bench(args: list[str]) -> None:
         "bench_dataflow.py",
         "bench_mcp.py",
         "bench_event_loop.py",
+        "bench_temporal.py",
     )
     for script in scripts:
         if (ROOT / "bench" / script).exists():

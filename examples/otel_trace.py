@@ -8,7 +8,7 @@ allow_after_approval``; "granted", "dispatched", "settled"). Each finished span 
 one JSON line with its name and attributes; the credential is never in any of them.
 
 Run it with `python examples/otel_trace.py`; it needs the OpenTelemetry SDK (`pip install
-'tether[otel]' opentelemetry-sdk`) and says so, doing nothing, without it. Everything lives in
+-e '.[otel]' opentelemetry-sdk`) and says so, doing nothing, without it. Everything lives in
 a temporary directory.
 """
 
@@ -25,7 +25,7 @@ try:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 except ModuleNotFoundError:
-    print("no spans: this needs pip install 'tether[otel]' opentelemetry-sdk", file=sys.stderr)
+    print("no spans: this needs pip install -e '.[otel]' opentelemetry-sdk", file=sys.stderr)
     sys.exit(0)
 
 from tether import App, ModelToolCall, Policy, Principal, Registry, Risk, ScriptedModel, open_store

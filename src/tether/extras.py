@@ -34,6 +34,7 @@ PROVIDED_BY = {
     "pydantic_ai": "pydantic-ai",
     "cedarpy": "cedar",
     "pydantic_monty": "sandbox",
+    "temporalio": "temporal",
 }
 
 

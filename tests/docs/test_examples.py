@@ -81,6 +81,12 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "audit intact:",
         '{"executions": 1, "expected": 1, "framework": "pydantic-ai"}',
     ),
+    "temporal_governed.py": (
+        "governed: the worker died of SIGKILL after paying",
+        "governed: paid ada 30",
+        "plain: paid ada 30",
+        '{"executions": 1, "expected": 1, "plain_temporal": 2}',
+    ),
     "waiting_for_approval.py": (
         ": awaiting_approval, waiting for apr-",
         "refused: finance-9's credential is not valid for tenant acme",
