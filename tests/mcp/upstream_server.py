@@ -65,6 +65,11 @@ def tools() -> list[dict[str, Any]]:
             "inputSchema": obj({"key": s, "seconds": {"type": "number"}}, ["key", "seconds"]),
         },
         {
+            "name": "save_then_wait",
+            "description": "Save at once, answer after a while.",
+            "inputSchema": obj({"key": s, "seconds": {"type": "number"}}, ["key", "seconds"]),
+        },
+        {
             "name": "crash",
             "description": "Save, then die before answering.",
             "inputSchema": obj({"key": s}, ["key"]),
@@ -121,6 +126,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         await anyio.sleep(float(args["seconds"]))
         witness(f"slow_save {args['key']}")
         return text(f"saved {args['key']} slowly")
+    if name == "save_then_wait":
+        witness(f"save_then_wait {args['key']}")
+        await anyio.sleep(float(args["seconds"]))
+        return text(f"saved {args['key']}")
     if name == "crash":
         witness(f"crash {args['key']}")
         time.sleep(0.05)

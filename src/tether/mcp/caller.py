@@ -52,6 +52,13 @@ SESSION_META = "io.tether/session"  # a stateless client's name for its conversa
 CALL_META = "io.tether/call_id"  # a client's own id for one intended call
 
 
+def named_session(meta: Mapping[str, Any] | None) -> str:
+    """The conversation a client names in a request's ``_meta`` (``io.tether/session``),
+    or "" when it names none."""
+    named = (meta or {}).get(SESSION_META)
+    return str(named)[:200] if isinstance(named, str | int) and named != "" else ""
+
+
 def caller_from_headers(
     store: Store, headers: Mapping[str, str], meta: Mapping[str, Any] | None = None
 ) -> Caller:
@@ -64,11 +71,9 @@ def caller_from_headers(
     session = headers.get("mcp-session-id")
     if session:
         return Caller(identity.principal(), session, identity.credential_id)
-    named = (meta or {}).get(SESSION_META)
-    conversation = str(named)[:200] if isinstance(named, str | int) and named != "" else ""
     return Caller(
         identity.principal(),
-        "stateless:" + conversation,
+        "stateless:" + named_session(meta),
         identity.credential_id,
         stateless=True,
     )

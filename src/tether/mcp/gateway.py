@@ -54,12 +54,13 @@ from tether.errors import (
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
 from tether.mcp.arguments import credential_arguments, undeclared_arguments
-from tether.mcp.caller import CALL_META, Caller, caller_from_headers
+from tether.mcp.caller import CALL_META, Caller, caller_from_headers, named_session
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
+from tether.mcp.liveness import Liveness, folder_for
 from tether.mcp.offered import AskedCalls, Offered
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.unsettled import Unsettled, key_of
-from tether.mcp.upstream import Upstream
+from tether.mcp.upstream import Upstream, UpstreamToolError, gateway_version
 from tether.mcp.wire import (
     approval_wait,
     envelope,
@@ -123,12 +124,14 @@ class Gateway:
         self._stdio_caller: Caller | None = None
         self.unsettled = Unsettled()
         self.in_flight = 0  # calls being judged or run now
+        self.liveness = Liveness(folder_for(store))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
+            stack.callback(self.liveness.close)
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)  # runs first on close: stop re-listings
             for sid, server in self.config.servers.items():
@@ -246,7 +249,9 @@ class Gateway:
         self.gate = Gate(registry, self.config.policy, self.store)
         for upstream in self.upstreams.values():
             self.check(upstream)
-        self.unsettled.load(self.gate, lambda run_id: run_id.startswith("mcp-"))
+        self.unsettled.load(
+            self.gate, lambda run_id: run_id.startswith("mcp-"), self.liveness.open()
+        )
 
     def check(self, upstream: Upstream) -> None:
         """Block each of ``upstream``'s offered tools that no longer matches its pin."""
@@ -307,7 +312,7 @@ class Gateway:
 
         server: Server[Any] = Server(
             self.config.name,
-            version=_version(),
+            version=gateway_version(),
             instructions="Tools offered through tether: each call is judged by policy, some "
             "need a human's approval before they run.",
             on_list_tools=list_tools,
@@ -332,12 +337,20 @@ class Gateway:
             return caller_from_headers(self.store, headers or {}, meta)
         if not self.stdio_session:
             self.stdio_session = uuid.uuid4().hex
+        named = named_session(meta)
         cached = self._stdio_caller
-        if cached is not None and cached.session == self.stdio_session:
+        if not named and cached is not None and cached.session == self.stdio_session:
             return cached  # one session, one caller: its run id is hashed once
+        # A client that names its conversation in ``_meta`` keeps it across gateway
+        # processes (a restart, a client that starts the gateway per task): its request
+        # ids then repeat across processes, as over the stateless protocol.
+        session = "stateless:" + named if named else self.stdio_session
         if self.identity is not None:
             caller = Caller(
-                self.identity.principal(), self.stdio_session, self.identity.credential_id
+                self.identity.principal(),
+                session,
+                self.identity.credential_id,
+                stateless=bool(named),
             )
         elif self.config.principal is None:
             raise ConfigurationError(
@@ -346,8 +359,9 @@ class Gateway:
                 "credential in TETHER_PRINCIPAL_TOKEN"
             )
         else:
-            caller = Caller(self.config.principal, self.stdio_session)
-        self._stdio_caller = caller
+            caller = Caller(self.config.principal, session, stateless=bool(named))
+        if not named:
+            self._stdio_caller = caller
         return caller
 
     # -- a call ------------------------------------------------------------------------------
@@ -569,19 +583,3 @@ class Gateway:
         # The result as the server gave it (content blocks, structured content): the ledger
         # records it so, and the client gets it back so, replayed or not.
         return envelope(result)
-
-
-class UpstreamToolError(RuntimeError):
-    """The upstream answered the call with ``isError``: the gate records a failed effect."""
-
-    def __init__(self, tool: str, text: str) -> None:
-        super().__init__(f"{tool} answered with an error: {text[:2000]}")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tether")
-    except PackageNotFoundError:  # pragma: no cover - a source checkout not installed
-        return "0"

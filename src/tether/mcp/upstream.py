@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import mcp
     import mcp_types
 
-__all__ = ["Upstream", "is_connection_lost"]
+__all__ = ["Upstream", "UpstreamToolError", "gateway_version", "is_connection_lost"]
 
 OnChange = Callable[["Upstream"], Awaitable[None]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
@@ -206,3 +206,19 @@ class _StdioTransport:
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._cm.__aexit__(*exc)
+
+
+class UpstreamToolError(RuntimeError):
+    """The upstream answered the call with ``isError``: the gate records a failed effect."""
+
+    def __init__(self, tool: str, text: str) -> None:
+        super().__init__(f"{tool} answered with an error: {text[:2000]}")
+
+
+def gateway_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tether")
+    except PackageNotFoundError:  # pragma: no cover - a source checkout not installed
+        return "0"
