@@ -582,4 +582,4 @@ class Gateway:
             raise UpstreamToolError(tool.key, text_of(result))
         # The result as the server gave it (content blocks, structured content): the ledger
         # records it so, and the client gets it back so, replayed or not.
-        return envelope(result)
+        return envelope(result, tool.max_result_bytes)

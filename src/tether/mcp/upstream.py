@@ -79,6 +79,10 @@ class Upstream:
                     cwd=self.config.cwd,
                 ),
                 self.errlog if self.errlog is not None else sys.stderr,
+                # A line longer than its tools' largest cap, with their framing, is cut
+                # as it arrives (a server the config lists no tools of: the default cap).
+                2 * max((t.max_result_bytes for t in self.config.tools.values()), default=65_536)
+                + 4096,
             )
         client = mcp.Client(target, mode="legacy", cache=None, message_handler=self._message)
         try:
@@ -193,15 +197,21 @@ class _StdioTransport:
     """``stdio_client`` with the server's stderr sent where the gateway says (a gateway
     serving over stdio must keep its own stdout clean, and tests keep servers quiet)."""
 
-    def __init__(self, params: Any, errlog: TextIO) -> None:
+    def __init__(self, params: Any, errlog: TextIO, cap_bytes: int) -> None:
         self.params = params
         self.errlog = errlog
+        self.cap_bytes = cap_bytes
         self._cm: Any = None
 
     async def __aenter__(self) -> Any:
         from mcp.client.stdio import stdio_client
 
-        self._cm = stdio_client(self.params, errlog=self.errlog)
+        from tether.mcp.pipe import stdio_pipe
+
+        if sys.platform == "win32":  # pragma: no cover - the SDK's own there
+            self._cm = stdio_client(self.params, errlog=self.errlog)
+        else:
+            self._cm = stdio_pipe(self.params, self.errlog, self.cap_bytes)
         return await self._cm.__aenter__()
 
     async def __aexit__(self, *exc: Any) -> Any:
