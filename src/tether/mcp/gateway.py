@@ -54,11 +54,18 @@ from tether.errors import (
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
 from tether.mcp.arguments import credential_arguments, undeclared_arguments
-from tether.mcp.caller import CALL_META, Caller, caller_from_headers, named_session
+from tether.mcp.caller import (
+    CALL_META,
+    Caller,
+    caller_from_headers,
+    named_session,
+    stdio_caller,
+)
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.liveness import Liveness, folder_for
 from tether.mcp.offered import AskedCalls, Offered
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
+from tether.mcp.reads import Reads, Shape
 from tether.mcp.unsettled import Unsettled, key_of
 from tether.mcp.upstream import Upstream, UpstreamToolError, gateway_version
 from tether.mcp.wire import (
@@ -125,6 +132,7 @@ class Gateway:
         self.unsettled = Unsettled()
         self.in_flight = 0  # calls being judged or run now
         self.liveness = Liveness(folder_for(store))
+        self.reads = Reads(self)  # resources and prompts, where the config offers them
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
@@ -239,6 +247,7 @@ class Gateway:
                 ) from e
             registry.add(manifest, self._handler(tool))
             self.offered[tool.name] = Offered(tool, pinned, manifest)
+        self.reads.build(registry)
         registry.pin()
         for key in self.unpinned:
             print(
@@ -274,6 +283,7 @@ class Gateway:
                 f"pinned ({what}); it is refused until an operator reviews it (tether mcp "
                 f"inspect --config {self.config.path}) and pins it again (tether mcp pin)"
             )
+        self.reads.check(upstream)
 
     @staticmethod
     def current_snapshot(upstream: Upstream, tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,6 +330,7 @@ class Gateway:
         # Registered as a plain request handler, which may answer with a dict (the typed
         # ``on_call_tool`` wants a model).
         server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, call_tool)
+        self.reads.register(server)
         return server
 
     # Over stdio the gateway serves one client for its whole life: one session.
@@ -341,25 +352,9 @@ class Gateway:
         cached = self._stdio_caller
         if not named and cached is not None and cached.session == self.stdio_session:
             return cached  # one session, one caller: its run id is hashed once
-        # A client that names its conversation in ``_meta`` keeps it across gateway
-        # processes (a restart, a client that starts the gateway per task): its request
-        # ids then repeat across processes, as over the stateless protocol.
-        session = "stateless:" + named if named else self.stdio_session
-        if self.identity is not None:
-            caller = Caller(
-                self.identity.principal(),
-                session,
-                self.identity.credential_id,
-                stateless=bool(named),
-            )
-        elif self.config.principal is None:
-            raise ConfigurationError(
-                f"gateway config {self.config.path} has no [principal]: over stdio the "
-                "gateway acts for the principal the config names, or for the principal "
-                "credential in TETHER_PRINCIPAL_TOKEN"
-            )
-        else:
-            caller = Caller(self.config.principal, session, stateless=bool(named))
+        caller = stdio_caller(
+            self.identity, self.config.principal, self.stdio_session, named, self.config.path
+        )
         if not named:
             self._stdio_caller = caller
         return caller
@@ -380,6 +375,18 @@ class Gateway:
         wire = await self._call_wire(caller, request_id, name, arguments, meta)
         return mcp_types.CallToolResult.model_validate(wire)
 
+    async def govern_read(
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any],
+        shape: Shape,
+    ) -> dict[str, Any]:
+        """A resource read or prompt get through the gate (``tether.mcp.reads``)."""
+        return await self._call_wire(caller, request_id, name, arguments, meta, shape)
+
     async def _call_wire(
         self,
         caller: Caller,
@@ -387,6 +394,7 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         meta: Mapping[str, Any] | None = None,
+        shape: Shape | None = None,
     ) -> dict[str, Any]:
         """``call_tool``'s result in its wire form (what the MCP server returns)."""
         # Judged, dispatched and recorded on this loop; once the gate has recorded the call
@@ -394,7 +402,7 @@ class Gateway:
         self.in_flight += 1
         try:
             with anyio.CancelScope(shield=True):
-                result = await self._govern(caller, request_id, name, arguments, meta or {})
+                result = await self._govern(caller, request_id, name, arguments, meta or {}, shape)
         finally:
             self.in_flight -= 1
         return result
@@ -412,8 +420,11 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         meta: Mapping[str, Any],
+        shape: Shape | None = None,
     ) -> dict[str, Any]:
         gate = self._gate()
+        if shape is None and name in self.reads.names:
+            return error_result(f"tether: there is no tool '{name}'")  # a read, not a tool
         run_id = self._ensure_run(caller)
         offered = self.offered.get(name)
         manifest = offered.manifest if offered is not None else None
@@ -464,6 +475,8 @@ class Gateway:
         if isinstance(got, Ran):
             if session.asked.get(same) == call_id:
                 del session.asked[same]  # it ran: the same arguments again are a new call
+            if shape is not None:
+                return shape(got.outcome)
             manifest = offered.manifest if offered is not None else None
             return result_of(got.outcome, manifest.sensitive_fields if manifest else frozenset())
         if isinstance(got.error, OutcomeUnknown):

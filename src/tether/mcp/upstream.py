@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import anyio
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Upstream", "UpstreamToolError", "gateway_version", "is_connection_lost"]
 
+T = TypeVar("T")
 OnChange = Callable[["Upstream"], Awaitable[None]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
@@ -47,6 +48,11 @@ class Upstream:
         self.server_name: str | None = None
         self.server_version: str | None = None
         self.tools: dict[str, dict[str, Any]] = {}  # upstream name -> wire form of the Tool
+        # When the config offers them: prompts by name, resource templates by name, and the
+        # resources listed now (wire forms).
+        self.prompts: dict[str, dict[str, Any]] = {}
+        self.templates: dict[str, dict[str, Any]] = {}
+        self.resources: list[dict[str, Any]] = []
         self.lost: str | None = None  # why the connection ended, once it has
         self.gone = anyio.Event()  # set when it ends: the gateway's keeper reconnects
 
@@ -120,6 +126,41 @@ class Upstream:
             if cursor is None:
                 break
         self.tools = tools
+        await self.refresh_reads()
+
+    async def refresh_reads(self) -> None:
+        """List the prompts, resource templates and resources again, where the config
+        offers them and the server has them."""
+        session = self._connected()
+        able = session.server_capabilities
+        if self.config.prompts and able is not None and able.prompts is not None:
+            found = await _every_page(session.list_prompts, "prompts")
+            self.prompts = {str(p["name"]): p for p in found}
+        if self.config.resources and able is not None and able.resources is not None:
+            found = await _every_page(session.list_resource_templates, "resource_templates")
+            self.templates = {str(t["name"]): t for t in found}
+            self.resources = await _every_page(session.list_resources, "resources")
+
+    async def read_resource(self, uri: str) -> mcp_types.ReadResourceResult:
+        return await self._lost_is_unknown(
+            f"resources/read {uri}", self._connected().read_resource(uri)
+        )
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, str] | None
+    ) -> mcp_types.GetPromptResult:
+        return await self._lost_is_unknown(
+            f"prompts/get {name}", self._connected().get_prompt(name, arguments)
+        )
+
+    async def _lost_is_unknown(self, what: str, request: Awaitable[T]) -> T:
+        try:
+            return await request
+        except Exception as e:
+            if is_connection_lost(e):
+                self.mark_lost(e)
+                raise UpstreamLost(f"MCP server '{self.id}' went away during {what} ({e!r})") from e
+            raise
 
     async def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         """Call a tool; a connection that ends mid-call raises ``UpstreamLost``."""
@@ -159,7 +200,12 @@ class Upstream:
     async def _message(self, message: Any) -> None:
         import mcp_types
 
-        if isinstance(message, mcp_types.ToolListChangedNotification):
+        if isinstance(
+            message,
+            mcp_types.ToolListChangedNotification
+            | mcp_types.PromptListChangedNotification
+            | mcp_types.ResourceListChangedNotification,
+        ):
             # Listing again is a request: not from inside the session's receive loop, which
             # would wait for its own answer.
             if self.spawn is not None:
@@ -173,6 +219,21 @@ class Upstream:
         if self.lost is None:
             self.lost = f"{type(error).__name__}: {error}"
         self.gone.set()
+
+
+async def _every_page(list_page: Any, field: str) -> list[dict[str, Any]]:
+    import mcp_types
+
+    found: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(1000):
+        page = await list_page(params=mcp_types.PaginatedRequestParams(cursor=cursor))
+        for item in getattr(page, field):
+            found.append(item.model_dump(mode="json", by_alias=True, exclude_none=True))
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return found
 
 
 def is_connection_lost(error: BaseException) -> bool:

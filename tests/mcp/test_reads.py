@@ -1,0 +1,117 @@
+"""Resources and prompts through the gateway as governed reads, with the official SDK client:
+listed only as pinned, a poisoned resource left out, every read and prompt judged by the gate
+(ledger, audit), instruction-like resource text flagged, a drifted prompt refused, reads for
+another tenant refused, and the read manifests never callable as tools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.mcp.helpers import (
+    audit_kinds,
+    connected,
+    pin_tools,
+    text,
+    upstream_config,
+    witness,
+    write_config,
+)
+from tether.core.screening import INJECTION_FLAG
+from tether.mcp.config import GatewayConfig
+from tether.store import SQLiteStore
+
+TOOLS = {"lookup": 'risk = "read"\ntenant_path = "tenant"'}
+
+
+def reads_config(tmp_path: Path, state: Path, extra: str = "") -> GatewayConfig:
+    servers = upstream_config(state, TOOLS).replace(
+        "[servers.test.tools.lookup]",
+        f"resources = true\nprompts = true\n{extra}\n[servers.test.tools.lookup]",
+    )
+    return write_config(tmp_path, servers)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    folder = tmp_path / "upstream"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(f"sqlite:///{tmp_path}/gateway.db")
+
+
+def test_resources_and_prompts_are_pinned_judged_and_screened(
+    tmp_path: Path, state: Path, store: SQLiteStore
+) -> None:
+    config = reads_config(tmp_path, state)
+
+    async def scenario() -> None:
+        pinned, problems = await pin_tools(config)
+        assert sorted(pinned) == ["test/lookup", "test/prompt:review", "test/template:note"]
+        assert not problems
+        async with connected(config, store) as (_, client):
+            prompts = (await client.list_prompts()).prompts
+            assert [(p.name, p.description) for p in prompts] == [("review", "Review a topic.")]
+            got = await client.get_prompt("review", {"topic": "the budget"})
+            assert got.messages[0].content.text == "Review the budget"  # type: ignore[union-attr]
+            assert (got.meta or {})["io.tether/outcome"]["status"] == "committed"
+
+            listed = [r.uri for r in (await client.list_resources()).resources]
+            assert listed == ["note://readme"]  # the poisoned one is left out
+            templates = (await client.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == ["note://notes/{id}"]
+
+            readme = await client.read_resource("note://readme")
+            assert readme.contents[0].text == "hello"  # type: ignore[union-attr]
+            note = await client.read_resource("note://notes/7")
+            assert note.contents[0].text == "note 7"  # type: ignore[union-attr]
+            evil = await client.read_resource("note://notes/evil")
+            assert INJECTION_FLAG in (evil.meta or {})["io.tether/outcome"]["flags"]
+            assert evil.contents[0].text.startswith("[tether: ")  # type: ignore[union-attr]
+            with pytest.raises(MCPError, match="no offered resource"):
+                await client.read_resource("file:///etc/passwd")
+            as_tool = await client.call_tool("test__read_resource", {"uri": "note://readme"})
+            assert as_tool.is_error and "no tool" in text(as_tool)
+
+    anyio.run(scenario)
+    assert witness(state) == ["read note://readme", "read note://notes/7", "read note://notes/evil"]
+    reads = [e for e in store.list_effects() if e.tool_name == "test__read_resource"]
+    assert len(reads) == 3 and all(e.status.value == "committed" for e in reads)
+    prompts = [e for e in store.list_effects() if e.tool_name == "test__get_prompt"]
+    assert len(prompts) == 1
+    kinds = audit_kinds(store)  # each read and the prompt: dispatched, then its outcome
+    assert kinds.count("effect_dispatched") == 4 and kinds.count("tool_effect_resolved") == 4
+
+
+def test_a_drifted_prompt_is_refused_and_reads_keep_to_their_tenants(
+    tmp_path: Path, state: Path, store: SQLiteStore
+) -> None:
+    config = reads_config(tmp_path, state)
+
+    async def scenario() -> None:
+        await pin_tools(config)
+        (state / "prompt_variant").write_text("v2")  # the server rewords its prompt
+        async with connected(config, store) as (_, client):
+            assert (await client.list_prompts()).prompts == []
+            with pytest.raises(MCPError, match=r"changed .*description changed"):
+                await client.get_prompt("review", {"topic": "x"})
+            readme = await client.read_resource("note://readme")  # the rest still serves
+            assert readme.contents[0].text == "hello"  # type: ignore[union-attr]
+
+        other = tmp_path / "globex"
+        other.mkdir()
+        elsewhere = reads_config(other, state, 'read_tenants = ["globex"]')
+        await pin_tools(elsewhere)
+        async with connected(elsewhere, store) as (_, client):
+            with pytest.raises(MCPError, match="acme"):  # the caller is acme's
+                await client.read_resource("note://readme")
+
+    anyio.run(scenario)
+    assert witness(state) == ["read note://readme"]  # neither refused read reached it
