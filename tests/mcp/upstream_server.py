@@ -101,6 +101,9 @@ def tools() -> list[dict[str, Any]]:
             "inputSchema": obj({}, []),
         },
         {"name": "unlisted", "description": "Not in any config.", "inputSchema": obj({}, [])},
+        {"name": "ask_model", "description": "Ask the client's model.", "inputSchema": obj({}, [])},
+        {"name": "ask_user", "description": "Ask the user.", "inputSchema": obj({}, [])},
+        {"name": "steps", "description": "Report progress.", "inputSchema": obj({}, [])},
     ]
 
 
@@ -147,6 +150,28 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         )
     if name == "add":
         return text(str(args["a"] + args["b"]))
+    if name == "ask_model":  # sampling: the client's model answers
+        message = {"role": "user", "content": {"type": "text", "text": "Say hi"}}
+        got = await ctx.session.create_message(
+            messages=[types.SamplingMessage.model_validate(message)],
+            max_tokens=20,
+            related_request_id=ctx.request_id,
+        )
+        return text(f"model said: {got.content.text}")
+    if name == "ask_user":  # elicitation: the user answers
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+        answer = await ctx.session.elicit_form(
+            "Your name?", schema, related_request_id=ctx.request_id
+        )
+        return text(f"user {answer.action}: {(answer.content or {}).get('name')}")
+    if name == "steps":
+        token = (ctx.meta or {}).get("progress_token", (ctx.meta or {}).get("progressToken"))
+        for i in (1, 2, 3):
+            if token is not None:
+                await ctx.session.send_progress_notification(
+                    token, i, 3, f"step {i}", related_request_id=str(ctx.request_id)
+                )
+        return text("three steps" + ("" if token is not None else " (no token)"))
     if name == "mutate":
         (STATE / "variant").write_text("v2")
         await ctx.session.send_tool_list_changed()

@@ -29,7 +29,6 @@ share the upstream connections and the pinned lock.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import threading
@@ -44,7 +43,7 @@ import anyio.abc
 
 from tether.core.approvals import ApprovalStatus
 from tether.core.budget import Budget
-from tether.core.digest import canonical_json, sha256_hex
+from tether.core.digest import sha256_hex
 from tether.errors import (
     ConfigurationError,
     OutcomeUnknown,
@@ -53,7 +52,7 @@ from tether.errors import (
 )
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
-from tether.mcp.arguments import credential_arguments, undeclared_arguments
+from tether.mcp.arguments import argument_digest, credential_arguments, undeclared_arguments
 from tether.mcp.caller import (
     CALL_META,
     Caller,
@@ -66,6 +65,7 @@ from tether.mcp.liveness import Liveness, folder_for
 from tether.mcp.offered import AskedCalls, Offered
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.reads import Reads, Shape
+from tether.mcp.relay import CURRENT, relay_of
 from tether.mcp.unsettled import Unsettled, key_of
 from tether.mcp.upstream import Upstream, UpstreamToolError, gateway_version
 from tether.mcp.wire import (
@@ -76,7 +76,6 @@ from tether.mcp.wire import (
     text_of,
 )
 from tether.tools.registry import Manifest, Registry
-from tether.tools.tenancy import fill_tenant
 
 if TYPE_CHECKING:
     import mcp
@@ -316,9 +315,13 @@ class Gateway:
             caller = self.caller_for(ctx, meta)
             # The result's wire form: the SDK validates and shapes it for the protocol
             # version anyway, so a model built here would be validated and dumped twice.
-            return await self._call_wire(
-                caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
-            )
+            relayed = CURRENT.set(relay_of(ctx))  # progress, sampling... go to this client
+            try:
+                return await self._call_wire(
+                    caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
+                )
+            finally:
+                CURRENT.reset(relayed)
 
         server: Server[Any] = Server(
             self.config.name,
@@ -521,7 +524,7 @@ class Gateway:
         restart with every client process) the request id together with the arguments'
         digest — a resend is the same call, a new process's request 1 with other arguments
         is not."""
-        same = (name, self._argument_digest(caller, name, arguments))
+        same = (name, argument_digest(self._gate().registry, caller.principal, name, arguments))
         given = (meta or {}).get(CALL_META)
         raw = str(given) if isinstance(given, str | int) and given != "" else str(request_id)
         if given in (None, "") and caller.stateless:
@@ -540,17 +543,6 @@ class Gateway:
                 return own, same
         session.aliases[own] = asked
         return asked, same
-
-    def _argument_digest(self, caller: Caller, name: str, arguments: dict[str, Any]) -> str:
-        """The arguments' digest as the gate binds them (the caller's tenant filled in where
-        the tool takes it), so it names the same call as the approvals the store holds."""
-        tool = self._gate().registry.find(name)
-        parts = tool.manifest.tenant_parts if tool is not None else None
-        if parts is not None:
-            # Arguments the gate refuses anyway are digested as sent.
-            with contextlib.suppress(Exception):
-                arguments = fill_tenant(arguments, parts, caller.principal.tenant)
-        return "sha256:" + sha256_hex(canonical_json(arguments))
 
     def _session(self, run_id: str) -> AskedCalls:
         """The session's calls waiting on approvals: read from the store the first time

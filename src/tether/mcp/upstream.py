@@ -17,6 +17,7 @@ import anyio
 
 from tether.errors import ConfigurationError, UpstreamLost
 from tether.mcp.config import ServerConfig
+from tether.mcp.relay import CURRENT, InFlight, callbacks, progress_callback
 
 if TYPE_CHECKING:
     import mcp
@@ -55,6 +56,7 @@ class Upstream:
         self.resources: list[dict[str, Any]] = []
         self.lost: str | None = None  # why the connection ended, once it has
         self.gone = anyio.Event()  # set when it ends: the gateway's keeper reconnects
+        self.in_flight = InFlight()  # the clients of the calls running now (tether.mcp.relay)
 
     @property
     def id(self) -> str:
@@ -90,7 +92,13 @@ class Upstream:
                 2 * max((t.max_result_bytes for t in self.config.tools.values()), default=65_536)
                 + 4096,
             )
-        client = mcp.Client(target, mode="legacy", cache=None, message_handler=self._message)
+        client = mcp.Client(
+            target,
+            mode="legacy",
+            cache=None,
+            message_handler=self._message,
+            **callbacks(self.in_flight),  # the server's requests go to the caller's client
+        )
         try:
             await stack.enter_async_context(client)
         except Exception as e:
@@ -165,8 +173,13 @@ class Upstream:
     async def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         """Call a tool; a connection that ends mid-call raises ``UpstreamLost``."""
         session = self._connected()
+        relay = CURRENT.get()
+        if relay is not None:
+            self.in_flight.relays.append(relay)
         try:
-            return await session.call_tool(name, arguments)
+            return await session.call_tool(
+                name, arguments, progress_callback=progress_callback(relay)
+            )
         except Exception as e:
             if is_connection_lost(e):
                 self.mark_lost(e)
@@ -175,6 +188,9 @@ class Upstream:
                     "acted is unknown"
                 ) from e
             raise
+        finally:
+            if relay is not None:
+                self.in_flight.relays.remove(relay)
 
     async def _relist(self) -> None:
         try:
