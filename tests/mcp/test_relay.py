@@ -1,6 +1,6 @@
 """What an upstream sends back during a call reaches the client that made it, through the
-gateway (the official SDK client, in-process): progress on the client's token, a sampling
-request answered by the client's model, an elicitation answered by its user — and the
+gateway (the official SDK client, in-process): progress on the client's token, a log line,
+a sampling request answered by the client's model, an elicitation answered by its user — and the
 call's outcome is still the gate's record."""
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ def test_progress_sampling_and_elicitation_are_relayed_to_the_calling_client(
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen_progress.append((progress, total, message))
 
+    logged: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logged.append((params.level, params.data, params.logger))
+
     async def scenario() -> None:
         pinned, _ = await pin_tools(config)
         assert sorted(pinned) == sorted(f"test/{t}" for t in TOOLS)
@@ -61,6 +66,7 @@ def test_progress_sampling_and_elicitation_are_relayed_to_the_calling_client(
                     raise_exceptions=True,
                     sampling_callback=sampling,
                     elicitation_callback=elicitation,
+                    logging_callback=on_log,
                 ) as client,
             ):
                 model = await client.call_tool("ask_model", {})
@@ -72,6 +78,7 @@ def test_progress_sampling_and_elicitation_are_relayed_to_the_calling_client(
 
     anyio.run(scenario)
     assert asked == ["Say hi", "Your name?"]
+    assert logged == [("info", {"step": "starting"}, "steps")]
     assert seen_progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
     effects = {e.tool_name: e.status.value for e in store.list_effects()}
     assert effects == {"ask_model": "committed", "ask_user": "committed", "steps": "committed"}

@@ -165,6 +165,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         )
         return text(f"user {answer.action}: {(answer.content or {}).get('name')}")
     if name == "steps":
+        await ctx.session.send_log_message(
+            "info", {"step": "starting"}, "steps", related_request_id=ctx.request_id
+        )
         token = (ctx.meta or {}).get("progress_token", (ctx.meta or {}).get("progressToken"))
         for i in (1, 2, 3):
             if token is not None:

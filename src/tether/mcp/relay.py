@@ -1,13 +1,15 @@
 """What an upstream server sends back during a call, relayed to the client that made it.
 
-While a ``tools/call`` runs upstream, the server may report progress, or ask the client for
+While a ``tools/call`` runs upstream, the server may report progress, log, or ask the client for
 something: a model's completion (``sampling/createMessage``), the user's input
 (``elicitation/create``), the client's roots (``roots/list``). The gateway has no model,
 user or roots of its own, so it passes each to the client whose call is in flight: progress
 as ``notifications/progress`` on the client's own progress token (only when the client gave
-one), the requests as the same requests to that client, related to its call, and the
-client's answer (or refusal) back to the server. A request the server sends when no call of
-its is in flight, or that the client cannot answer, is answered with an error.
+one), log messages as the client's session allows them (the 2026-07-28 protocol: at the
+level the request opted in to), the requests as the same requests to that client,
+related to its call, and the client's answer (or refusal) back to the server. A request
+the server sends when no call of its is in flight, or that the client cannot answer, is
+answered with an error.
 
 The gate is not in these paths: they are the client's own conversation with the server,
 within a call the gate admitted (and the call's outcome is still recorded as the gate's).
@@ -17,6 +19,7 @@ mid-call; those requests are refused there, as by the SDK itself.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import warnings
 from dataclasses import dataclass
@@ -141,7 +144,21 @@ def callbacks(in_flight: InFlight) -> dict[str, Any]:
         except Exception as e:
             return _error(e)
 
+    async def logging(params: Any) -> None:
+        relay = in_flight.newest()
+        if relay is None:
+            return  # a log line outside any call has no client to go to
+        with contextlib.suppress(Exception):  # a client gone or not listening: dropped
+            await _quietly(
+                relay.session.send_log_message,
+                params.level,
+                params.data,
+                params.logger,
+                related_request_id=relay.request_id,
+            )
+
     return {
+        "logging_callback": logging,
         "sampling_callback": sampling,
         "elicitation_callback": elicitation,
         "list_roots_callback": roots,
