@@ -20,6 +20,7 @@ from tests.mcp.helpers import (
     witness,
     write_config,
 )
+from tether.core.digest import canonical_json, sha256_hex
 from tether.core.screening import INJECTION_FLAG
 from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
@@ -75,19 +76,32 @@ def test_resources_and_prompts_are_pinned_judged_and_screened(
             evil = await client.read_resource("note://notes/evil")
             assert INJECTION_FLAG in (evil.meta or {})["io.tether/outcome"]["flags"]
             assert evil.contents[0].text.startswith("[tether: ")  # type: ignore[union-attr]
+            huge = await client.read_resource("note://notes/huge")
+            kept = huge.contents[0].text  # type: ignore[union-attr]
+            assert 0 < len(kept) < 65_536 and set(kept) == {"y"}
+            capped = (huge.meta or {})["io.tether/capped"]
+            whole = {"contents": [{"uri": "note://notes/huge", "text": "y" * 200_000}]}
+            assert capped["bytes"] == len(canonical_json(whole))
+            assert capped["sha256"] == "sha256:" + sha256_hex(canonical_json(whole))
             with pytest.raises(MCPError, match="no offered resource"):
                 await client.read_resource("file:///etc/passwd")
             as_tool = await client.call_tool("test__read_resource", {"uri": "note://readme"})
             assert as_tool.is_error and "no tool" in text(as_tool)
 
     anyio.run(scenario)
-    assert witness(state) == ["read note://readme", "read note://notes/7", "read note://notes/evil"]
+    assert witness(state) == [
+        "read note://readme",
+        "read note://notes/7",
+        "read note://notes/evil",
+        "read note://notes/huge",
+    ]
     reads = [e for e in store.list_effects() if e.tool_name == "test__read_resource"]
-    assert len(reads) == 3 and all(e.status.value == "committed" for e in reads)
+    assert len(reads) == 4 and all(e.status.value == "committed" for e in reads)
+    assert all(len(e.result_json or "") < 65_536 for e in reads)  # the huge one capped
     prompts = [e for e in store.list_effects() if e.tool_name == "test__get_prompt"]
     assert len(prompts) == 1
     kinds = audit_kinds(store)  # each read and the prompt: dispatched, then its outcome
-    assert kinds.count("effect_dispatched") == 4 and kinds.count("tool_effect_resolved") == 4
+    assert kinds.count("effect_dispatched") == 5 and kinds.count("tool_effect_resolved") == 5
 
 
 def test_a_drifted_prompt_is_refused_and_reads_keep_to_their_tenants(

@@ -20,17 +20,21 @@ from typing import Any
 
 from tether.core.digest import canonical_json
 
-__all__ = ["CAPPED", "WHOLE", "cap", "capped_note", "precap"]
+__all__ = ["CAPPED", "WHOLE", "cap", "cap_contents", "capped_note", "precap"]
 
 CAPPED = "io.tether/capped"
 WHOLE = "io.tether/whole"  # a result's ``_meta``: the size and digest of what was cut away
 _ROOM = 400  # bytes of a capped envelope's cap kept for its framing and the note
 
 
+_FIELDS = ("content", "structuredContent", "contents")  # a tool result's, a resource read's
+
+
 def measure(body: Mapping[str, Any]) -> tuple[int, str]:
-    """The size and SHA-256 of a result's canonical JSON (``content`` and
-    ``structuredContent``), hashed piece by piece rather than joined."""
-    whole = {k: body[k] for k in ("content", "structuredContent") if k in body}
+    """The size and SHA-256 of a result's canonical JSON (its ``content`` and
+    ``structuredContent``, or a resource read's ``contents``), hashed piece by piece rather
+    than joined."""
+    whole = {k: body[k] for k in _FIELDS if k in body}
     digest = hashlib.sha256()
     size = 0
     for piece in _ENCODER.iterencode(whole):
@@ -52,10 +56,12 @@ def precap(box: list[str], cap_bytes: int) -> Any:
     it to its tool's limit and reports the whole)."""
     message = json.loads(box.pop())
     result = message.get("result") if isinstance(message, dict) else None
-    if not isinstance(result, dict) or not isinstance(result.get("content"), list):
+    if not isinstance(result, dict) or not any(
+        isinstance(result.get(k), list) for k in ("content", "contents")
+    ):
         return message
     size, digest = measure(result)
-    for key in ("content", "structuredContent"):
+    for key in _FIELDS:
         if key in result:
             result[key] = _cut(result[key], cap_bytes)
     meta = result.get("_meta")
@@ -105,6 +111,35 @@ def cap(
         "max_bytes": max_bytes,
         "omitted": omitted,
     }
+    return capped
+
+
+def cap_contents(
+    body: dict[str, Any], max_bytes: int, whole: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A resource read's ``contents`` as the ledger may keep them: whole when they fit in
+    ``max_bytes``, else the beginning of their texts, their blobs left out (named by URI),
+    and the size and digest of the whole under ``CAPPED``."""
+    if whole is not None and isinstance(whole.get("bytes"), int):
+        size, digest = int(whole["bytes"]), str(whole.get("sha256"))
+    elif _size(body.get("contents") or []) <= max_bytes:
+        return body
+    else:
+        size, digest = measure(body)
+    room = max(64, max_bytes - _ROOM)
+    kept: list[dict[str, Any]] = []
+    omitted: list[str] = []
+    for item in body.get("contents") or []:
+        text = item.get("text")
+        if not isinstance(text, str):
+            omitted.append(str(item.get("uri") or "blob"))
+            continue
+        piece = _prefix(text, room)
+        room -= len(piece.encode())
+        kept.append({**item, "text": piece})
+    capped = {k: v for k, v in body.items() if k != "contents"}
+    capped["contents"] = kept
+    capped[CAPPED] = {"bytes": size, "sha256": digest, "max_bytes": max_bytes, "omitted": omitted}
     return capped
 
 

@@ -9,11 +9,15 @@ mcp pin``, offered only as pinned, and refused once it drifts, saying what chang
 read (manifests ``<server>__read_resource`` and ``<server>__get_prompt``, risk ``read``,
 readable by the principals of ``read_tenants``, or any): the policy decides it (a
 ``[policy.tools.<server>__read_resource]`` rule can constrain ``uri`` or ask), the ledger
-and the audit log record it, and what comes back is screened — resource text that reads
-like instructions gets the gate's warning first, and the flags are in
-``_meta["io.tether/outcome"]``. The resources a server lists are data, not instructions:
-they pass through live (not pinned), except those whose title or description looks
-poisoned, which are left out. A refusal is a JSON-RPC error carrying the reason.
+and the audit log record it, and what comes back is screened (resource text that reads like
+instructions gets the gate's warning first; the flags are in ``_meta["io.tether/outcome"]``)
+and capped like a tool's result (64 KiB: the beginning of its texts, the size and digest of
+the whole in ``_meta["io.tether/capped"]``). The resources a server lists are data, not
+instructions: they pass through live (not pinned), except those whose title or description
+looks poisoned, which are left out. A refusal is a JSON-RPC error carrying the reason.
+
+The module is long because it is one feature end to end: the snapshots, the manifests, the
+pins' checks, three listings, the routing of a URI and the two request handlers.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tether.mcp.capped import CAPPED, WHOLE, cap_contents
 from tether.mcp.config import ServerConfig, ToolConfig
 from tether.mcp.pins import changes, poisoning_findings, tool_digest
 from tether.tools.registry import Manifest, Registry, Risk
@@ -169,7 +174,12 @@ class Reads:
             if what == "read_resource":
                 got = await upstream.read_resource(arguments["uri"])
                 contents = [c.model_dump(by_alias=True, exclude_none=True) for c in got.contents]
-                return {RESOURCE_RESULT: 1, "contents": contents}
+                whole = (got.meta or {}).get(WHOLE)
+                return cap_contents(
+                    {RESOURCE_RESULT: 1, "contents": contents},
+                    manifest.max_result_bytes,
+                    whole if isinstance(whole, Mapping) else None,
+                )
             prompt = await upstream.get_prompt(arguments["name"], arguments.get("arguments"))
             body = prompt.model_dump(
                 by_alias=True, exclude_none=True, include={"description", "messages"}
@@ -370,7 +380,10 @@ def _resource_shape(outcome: Outcome) -> dict[str, Any]:
             if isinstance(item.get("text"), str):
                 item["text"] = warning + "\n" + item["text"]
                 break
-    return {"contents": contents, "_meta": _outcome_meta(outcome)}
+    meta = _outcome_meta(outcome)
+    if isinstance(recorded.get(CAPPED), Mapping):
+        meta[CAPPED] = dict(recorded[CAPPED])  # cut to the read's cap: what the whole was
+    return {"contents": contents, "_meta": meta}
 
 
 def _prompt_shape(outcome: Outcome) -> dict[str, Any]:
