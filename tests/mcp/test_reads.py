@@ -5,10 +5,14 @@ another tenant refused, and the read manifests never callable as tools."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import anyio
+import mcp_types
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp.helpers import (
@@ -23,6 +27,7 @@ from tests.mcp.helpers import (
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.screening import INJECTION_FLAG
 from tether.mcp.config import GatewayConfig
+from tether.mcp.gateway import Gateway
 from tether.store import SQLiteStore
 
 TOOLS = {"lookup": 'risk = "read"\ntenant_path = "tenant"'}
@@ -129,3 +134,35 @@ def test_a_drifted_prompt_is_refused_and_reads_keep_to_their_tenants(
 
     anyio.run(scenario)
     assert witness(state) == ["read note://readme"]  # neither refused read reached it
+
+
+def test_a_prompt_that_drifts_mid_session_is_withdrawn_and_the_client_told(
+    tmp_path: Path, state: Path, store: SQLiteStore
+) -> None:
+    tools = {**TOOLS, "reword": 'risk = "read"\ntenant_scoped = false'}
+    servers = upstream_config(state, tools).replace(
+        "[servers.test.tools.lookup]", "prompts = true\n[servers.test.tools.lookup]"
+    )
+    config = write_config(tmp_path, servers)
+    told = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.PromptListChangedNotification):
+            told.set()
+
+    async def scenario() -> None:
+        await pin_tools(config)
+        with open(os.devnull, "w") as quiet:
+            async with (
+                Gateway(config, store, errlog=quiet) as gateway,
+                Client(gateway.server(), mode="legacy", message_handler=on_message) as client,
+            ):
+                assert [p.name for p in (await client.list_prompts()).prompts] == ["review"]
+                await client.call_tool("reword", {})  # the server changes it and says so
+                with anyio.fail_after(10):
+                    await told.wait()
+                assert (await client.list_prompts()).prompts == []
+                with pytest.raises(MCPError, match="changed"):
+                    await client.get_prompt("review", {"topic": "x"})
+
+    anyio.run(scenario)

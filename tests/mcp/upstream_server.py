@@ -104,6 +104,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "ask_model", "description": "Ask the client's model.", "inputSchema": obj({}, [])},
         {"name": "ask_user", "description": "Ask the user.", "inputSchema": obj({}, [])},
         {"name": "steps", "description": "Report progress.", "inputSchema": obj({}, [])},
+        {"name": "reword", "description": "Reword the prompt.", "inputSchema": obj({}, [])},
     ]
 
 
@@ -175,6 +176,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
                     token, i, 3, f"step {i}", related_request_id=str(ctx.request_id)
                 )
         return text("three steps" + ("" if token is not None else " (no token)"))
+    if name == "reword":  # the prompt changes, and the server says so
+        (STATE / "prompt_variant").write_text("v2")
+        await ctx.session.send_prompt_list_changed()
+        return text("reworded")
     if name == "mutate":
         (STATE / "variant").write_text("v2")
         await ctx.session.send_tool_list_changed()

@@ -295,6 +295,7 @@ class Gateway:
 
     async def _changed(self, upstream: Upstream) -> None:
         self.check(upstream)
+        await self.reads.announce()  # clients whose prompt or resource listing changed
 
     # -- what the client sees ----------------------------------------------------------------
     def listing(self) -> list[dict[str, Any]]:

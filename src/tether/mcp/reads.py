@@ -26,6 +26,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tether.core.digest import canonical_json
 from tether.mcp.capped import CAPPED, WHOLE, cap_contents
 from tether.mcp.config import ServerConfig, ToolConfig
 from tether.mcp.pins import changes, poisoning_findings, tool_digest
@@ -44,6 +45,7 @@ PROMPT = "prompt:"
 TEMPLATE = "template:"
 RESOURCE_RESULT = "io.tether/mcp-resource"
 PROMPT_RESULT = "io.tether/mcp-prompt"
+LISTENERS = 256
 
 Shape = Callable[["Outcome"], dict[str, Any]]
 
@@ -127,6 +129,11 @@ class Reads:
         self.gw = gateway
         self.names: set[str] = set()  # the read manifests' names (never offered as tools)
         self.blocked: dict[str, str] = {}  # lock key -> why it is refused now
+        # The clients that have listed these, by connection (the SDK makes a session object
+        # per request, all sending on their connection's channel), told when a listing
+        # changes; the most recent LISTENERS of them.
+        self.listeners: dict[int, Any] = {}
+        self._listed: tuple[str, str] | None = None
 
     def servers(self, what: str) -> list[ServerConfig]:
         return [s for s in self.gw.config.servers.values() if getattr(s, what)]
@@ -222,6 +229,35 @@ class Reads:
                 found.append((sid, self.gw.lock.tools[key].snapshot))
         return found
 
+    def _listen(self, session: Any) -> None:
+        key = id(getattr(session, "_connection", session))
+        self.listeners.pop(key, None)
+        self.listeners[key] = session
+        while len(self.listeners) > LISTENERS:
+            del self.listeners[next(iter(self.listeners))]
+
+    def _state(self) -> tuple[str, str]:
+        return (
+            canonical_json(self.prompts()),
+            canonical_json([self.templates(), self.resources()]),
+        )
+
+    async def announce(self) -> None:
+        """After an upstream's change: tell the clients whose prompt or resource listing is
+        now different (a prompt that drifted is gone from it; resources pass through)."""
+        before, after = self._listed, self._state()
+        self._listed = after
+        if before is None or before == after:
+            return
+        for key, session in list(self.listeners.items()):
+            try:
+                if before[0] != after[0]:
+                    await session.send_prompt_list_changed()
+                if before[1] != after[1]:
+                    await session.send_resource_list_changed()
+            except Exception:  # a client gone meanwhile: not told again
+                self.listeners.pop(key, None)
+
     # -- listings ---------------------------------------------------------------------------
     def prompts(self) -> list[dict[str, Any]]:
         listed: dict[str, dict[str, Any]] = {}
@@ -304,11 +340,13 @@ class Reads:
             )
             server.add_request_handler("prompts/get", mcp_types.GetPromptRequestParams, self._get)
 
-    @staticmethod
     def _on(
-        model: Any, listing: Callable[[], dict[str, Any]]
+        self, model: Any, listing: Callable[[], dict[str, Any]]
     ) -> Callable[[Any, Any], Awaitable[Any]]:
         async def handle(ctx: Any, params: Any) -> Any:
+            self._listen(ctx.session)
+            if self._listed is None:
+                self._listed = self._state()
             return model.model_validate(listing())
 
         return handle
