@@ -128,3 +128,98 @@ def test_a_gateway_killed_mid_call_and_restarted_never_runs_the_call_twice(
         assert "effect_unknown" in {e.kind for e in store.audit_entries()}
     finally:
         store.close()
+
+
+def test_over_http_the_stateless_sdk_client_resending_after_a_kill_is_told_unknown(
+    tmp_path: Path,
+) -> None:
+    """The official Python SDK client in its default mode (the 2026-07-28 protocol: every
+    request its own, request ids restarting with each client process), over HTTP."""
+    import threading
+
+    import httpx
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.mcp.test_serve import free_port
+    from tether.identity import add_identity
+
+    state = tmp_path / "upstream"
+    state.mkdir()
+    config = write_config(tmp_path, upstream_config(state))
+    anyio.run(pin_tools, config)
+    db = f"sqlite:///{tmp_path}/gateway.db"
+    store = SQLiteStore(db)
+    _, token = add_identity(store, "agent-h", "principal", now=time.time(), tenants=["acme"])
+    store.close()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    arguments = {"key": "h", "seconds": 60}
+
+    def start_http() -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env["TETHER_DB"] = db
+        argv = ["mcp", "serve", "--config", str(config.path), "--http", "--port", str(port)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tether", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url, timeout=1)
+                return proc
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+
+    def one_client_process() -> Any:
+        async def go() -> Any:
+            http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=90)
+            async with http, Client(streamable_http_client(url, http_client=http)) as client:
+                return await client.call_tool("save_then_wait", arguments)
+
+        return anyio.run(go)
+
+    first = start_http()
+    try:
+        asked = one_client_process()
+        store = SQLiteStore(db)
+        approve(store, (asked.meta or {})["io.tether/approval"]["approval_id"])
+        store.close()
+        lost: list[BaseException] = []
+
+        def in_flight() -> None:
+            try:
+                one_client_process()
+            except BaseException as e:  # the gateway dies under it
+                lost.append(e)
+
+        caller = threading.Thread(target=in_flight, daemon=True)
+        caller.start()
+        deadline = time.monotonic() + 20
+        while not witness(state) or effect_of(db, "save_then_wait") is None:
+            assert time.monotonic() < deadline, "the call never reached the upstream"
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        caller.join(timeout=30)
+        assert lost, "the client should have lost its call"
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert effect_of(db, "save_then_wait").status.value == "dispatched"
+
+    second = start_http()
+    try:
+        assert effect_of(db, "save_then_wait").status.value == "unknown"  # settled at start
+        resent = one_client_process()  # a new client process sends the same call again
+        assert resent.is_error and "unknown" in resent.content[0].text, resent
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(timeout=30)
+    assert witness(state) == ["save_then_wait h"]  # once
