@@ -7,7 +7,8 @@ judged by the gate like any tool call — policy, approvals, budgets, ledger, au
 redaction, screening — and a tool that drifted from its pin is refused, saying what changed.
 
 Calls and runs. Each MCP session is one tether run (over stdio: the gateway process's one
-connection; over HTTP: the ``Mcp-Session-Id`` with the caller's credential), and each request
+connection, or the conversation a client names in ``_meta``; over HTTP: the
+``Mcp-Session-Id`` with the caller's credential), and each request
 is one call whose id comes from the JSON-RPC request id. A client that sends the same request
 again after a dropped connection therefore meets the ledger's record of it: the recorded
 result if it ran, never a second execution. A call that needs approval answers with a tool
