@@ -65,6 +65,12 @@ def test_resources_and_prompts_are_pinned_judged_and_screened(
         async with connected(config, store) as (_, client):
             prompts = (await client.list_prompts()).prompts
             assert [(p.name, p.description) for p in prompts] == [("review", "Review a topic.")]
+            ref = mcp_types.PromptReference(type="ref/prompt", name="review")
+            done = await client.complete(ref, {"name": "topic", "value": "bu"})
+            assert done.completion.values == ["budget", "bugs"]
+            unpinned = mcp_types.PromptReference(type="ref/prompt", name="other")
+            with pytest.raises(MCPError, match="pinned prompts"):
+                await client.complete(unpinned, {"name": "topic", "value": "bu"})
             got = await client.get_prompt("review", {"topic": "the budget"})
             assert got.messages[0].content.text == "Review the budget"  # type: ignore[union-attr]
             assert (got.meta or {})["io.tether/outcome"]["status"] == "committed"

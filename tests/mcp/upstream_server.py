@@ -238,6 +238,12 @@ async def read_resource(
     return types.ReadResourceResult.model_validate({"contents": [{"uri": uri, "text": text}]})
 
 
+async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+    typed = params.argument.value
+    values = [v for v in ("budget", "bugs", "roadmap") if v.startswith(typed)]
+    return types.CompleteResult.model_validate({"completion": {"values": values}})
+
+
 async def main() -> None:
     server = Server(
         "tether-test-upstream",
@@ -249,6 +255,7 @@ async def main() -> None:
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
+        on_completion=complete,
     )
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

@@ -339,6 +339,10 @@ class Reads:
                 self._on(mcp_types.ListPromptsResult, lambda: {"prompts": self.prompts()}),
             )
             server.add_request_handler("prompts/get", mcp_types.GetPromptRequestParams, self._get)
+        if self.servers("prompts") or self.servers("resources"):
+            server.add_request_handler(
+                "completion/complete", mcp_types.CompleteRequestParams, self._complete
+            )
 
     def _on(
         self, model: Any, listing: Callable[[], dict[str, Any]]
@@ -380,6 +384,28 @@ class Reads:
             arguments["arguments"] = dict(params.arguments)
         answer = await self._judged(ctx, params, f"{sid}__get_prompt", arguments, _prompt_shape)
         return mcp_types.GetPromptResult.model_validate(answer)
+
+    async def _complete(self, ctx: Any, params: Any) -> Any:
+        """Argument completions, passed through for a pinned, unblocked prompt or resource
+        template only (a suggestion is data the client shows, not a call that acts)."""
+        ref = params.ref
+        sid: str | None = None
+        if getattr(ref, "type", None) == "ref/prompt":
+            sid = self.prompt_server(str(ref.name))
+        else:
+            uri = str(getattr(ref, "uri", ""))
+            sid = next(
+                (
+                    s
+                    for s, snap in self._pinned(TEMPLATE)
+                    if snap["inputSchema"]["uriTemplate"] == uri
+                ),
+                None,
+            )
+        if sid is None:
+            _refuse("tether: completions are offered only for pinned prompts and templates")
+        assert sid is not None
+        return await self.gw.upstreams[sid].complete(params)
 
     async def _judged(
         self, ctx: Any, params: Any, tool: str, arguments: dict[str, Any], shape: Shape

@@ -161,6 +161,14 @@ class Upstream:
             f"prompts/get {name}", self._connected().get_prompt(name, arguments)
         )
 
+    async def complete(self, params: mcp_types.CompleteRequestParams) -> mcp_types.CompleteResult:
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        session = self._connected()
+        return await self._lost_is_unknown(
+            "completion/complete", session.complete(params.ref, argument, context)
+        )
+
     async def _lost_is_unknown(self, what: str, request: Awaitable[T]) -> T:
         try:
             return await request
