@@ -13,7 +13,7 @@ import anyio
 import mcp_types
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.mcp.helpers import (
     audit_kinds,
@@ -172,3 +172,44 @@ def test_a_prompt_that_drifts_mid_session_is_withdrawn_and_the_client_told(
                     await client.get_prompt("review", {"topic": "x"})
 
     anyio.run(scenario)
+
+
+def test_a_subscribed_client_is_told_of_updates_and_the_server_asked_once(
+    tmp_path: Path, state: Path, store: SQLiteStore
+) -> None:
+    tools = {**TOOLS, "touch": 'risk = "read"\ntenant_scoped = false'}
+    servers = upstream_config(state, tools).replace(
+        "[servers.test.tools.lookup]", "resources = true\n[servers.test.tools.lookup]"
+    )
+    config = write_config(tmp_path, servers)
+    updated: list[str] = []
+    told = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+            told.set()
+
+    async def scenario() -> None:
+        await pin_tools(config)
+        with open(os.devnull, "w") as quiet:
+            async with (
+                Gateway(config, store, errlog=quiet) as gateway,
+                Client(gateway.server(), mode="legacy", message_handler=on_message) as client,
+            ):
+                with pytest.warns(MCPDeprecationWarning):  # handshake-era feature
+                    await client.subscribe_resource("note://readme")
+                await client.call_tool("touch", {})
+                with anyio.fail_after(10):
+                    await told.wait()
+                with pytest.warns(MCPDeprecationWarning):
+                    await client.unsubscribe_resource("note://readme")
+                with (
+                    pytest.warns(MCPDeprecationWarning),
+                    pytest.raises(MCPError, match="no offered resource"),
+                ):
+                    await client.subscribe_resource("file:///etc/passwd")
+
+    anyio.run(scenario)
+    assert updated == ["note://readme"]
+    assert witness(state) == ["subscribe note://readme", "unsubscribe note://readme"]

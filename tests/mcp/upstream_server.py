@@ -105,6 +105,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "ask_user", "description": "Ask the user.", "inputSchema": obj({}, [])},
         {"name": "steps", "description": "Report progress.", "inputSchema": obj({}, [])},
         {"name": "reword", "description": "Reword the prompt.", "inputSchema": obj({}, [])},
+        {"name": "touch", "description": "Change the readme.", "inputSchema": obj({}, [])},
     ]
 
 
@@ -176,6 +177,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
                     token, i, 3, f"step {i}", related_request_id=str(ctx.request_id)
                 )
         return text("three steps" + ("" if token is not None else " (no token)"))
+    if name == "touch":  # a resource changes, and the server tells its subscribers
+        await ctx.session.send_resource_updated("note://readme")
+        return text("touched")
     if name == "reword":  # the prompt changes, and the server says so
         (STATE / "prompt_variant").write_text("v2")
         await ctx.session.send_prompt_list_changed()
@@ -244,6 +248,16 @@ async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.Compl
     return types.CompleteResult.model_validate({"completion": {"values": values}})
 
 
+async def subscribe(ctx: Any, params: Any) -> types.EmptyResult:
+    witness(f"subscribe {params.uri}")
+    return types.EmptyResult()
+
+
+async def unsubscribe(ctx: Any, params: Any) -> types.EmptyResult:
+    witness(f"unsubscribe {params.uri}")
+    return types.EmptyResult()
+
+
 async def main() -> None:
     server = Server(
         "tether-test-upstream",
@@ -256,6 +270,8 @@ async def main() -> None:
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
         on_completion=complete,
+        on_subscribe_resource=subscribe,
+        on_unsubscribe_resource=unsubscribe,
     )
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

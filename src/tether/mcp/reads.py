@@ -134,6 +134,7 @@ class Reads:
         # changes; the most recent LISTENERS of them.
         self.listeners: dict[int, Any] = {}
         self._listed: tuple[str, str] | None = None
+        self.subscribers: dict[str, dict[int, Any]] = {}  # uri -> connection -> session
 
     def servers(self, what: str) -> list[ServerConfig]:
         return [s for s in self.gw.config.servers.values() if getattr(s, what)]
@@ -332,6 +333,15 @@ class Reads:
             server.add_request_handler(
                 "resources/read", mcp_types.ReadResourceRequestParams, self._read
             )
+            for method, on in (("resources/subscribe", True), ("resources/unsubscribe", False)):
+                params = (
+                    mcp_types.SubscribeRequestParams if on else mcp_types.UnsubscribeRequestParams
+                )
+                server.add_request_handler(method, params, self._subscription(on))
+            for upstream_id in (s.id for s in self.servers("resources")):
+                upstream = self.gw.upstreams.get(upstream_id)
+                if upstream is not None:
+                    upstream.on_updated = self._updated
         if self.servers("prompts"):
             server.add_request_handler(
                 "prompts/list",
@@ -384,6 +394,37 @@ class Reads:
             arguments["arguments"] = dict(params.arguments)
         answer = await self._judged(ctx, params, f"{sid}__get_prompt", arguments, _prompt_shape)
         return mcp_types.GetPromptResult.model_validate(answer)
+
+    def _subscription(self, on: bool) -> Callable[[Any, Any], Awaitable[Any]]:
+        """``resources/subscribe`` (or ``unsubscribe``) for an offered resource: passed to
+        its server once, the client remembered (or forgotten) for its updates."""
+        import mcp_types
+
+        async def handle(ctx: Any, params: Any) -> Any:
+            uri = str(params.uri)
+            sid = self.resource_server(uri)
+            if sid is None:
+                _refuse(f"tether: no offered resource or pinned resource template matches {uri!r}")
+            assert sid is not None
+            clients = self.subscribers.setdefault(uri, {})
+            key = id(getattr(ctx.session, "_connection", ctx.session))
+            first, last = not clients, len(clients) == 1 and key in clients
+            if on:
+                clients[key] = ctx.session
+            else:
+                clients.pop(key, None)
+            if (on and first) or (not on and last):
+                await self.gw.upstreams[sid].subscribe(uri, on)
+            return mcp_types.EmptyResult()
+
+        return handle
+
+    async def _updated(self, uri: str) -> None:
+        for key, session in list(self.subscribers.get(uri, {}).items()):
+            try:
+                await session.send_resource_updated(uri)
+            except Exception:  # a client gone: not told again
+                self.subscribers[uri].pop(key, None)
 
     async def _complete(self, ctx: Any, params: Any) -> Any:
         """Argument completions, passed through for a pinned, unblocked prompt or resource

@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CURRENT", "InFlight", "Relay", "callbacks", "progress_callback", "relay_of"]
+__all__ = ["CURRENT", "InFlight", "Relay", "callbacks", "progress_callback", "quietly", "relay_of"]
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def callbacks(in_flight: InFlight) -> dict[str, Any]:
         if relay is None:
             return refused("sampling")
         try:
-            return await _quietly(
+            return await quietly(
                 relay.session.create_message,
                 messages=params.messages,
                 max_tokens=params.max_tokens,
@@ -119,14 +119,14 @@ def callbacks(in_flight: InFlight) -> dict[str, Any]:
             return refused("elicitation")
         try:
             if getattr(params, "mode", "form") == "url":
-                return await _quietly(
+                return await quietly(
                     relay.session.elicit_url,
                     params.message,
                     params.url,
                     params.elicitation_id,
                     relay.request_id,
                 )
-            return await _quietly(
+            return await quietly(
                 relay.session.elicit_form,
                 params.message,
                 params.requested_schema,
@@ -140,7 +140,7 @@ def callbacks(in_flight: InFlight) -> dict[str, Any]:
         if relay is None:
             return refused("roots/list")
         try:
-            return await _quietly(relay.session.list_roots)
+            return await quietly(relay.session.list_roots)
         except Exception as e:
             return _error(e)
 
@@ -149,7 +149,7 @@ def callbacks(in_flight: InFlight) -> dict[str, Any]:
         if relay is None:
             return  # a log line outside any call has no client to go to
         with contextlib.suppress(Exception):  # a client gone or not listening: dropped
-            await _quietly(
+            await quietly(
                 relay.session.send_log_message,
                 params.level,
                 params.data,
@@ -165,7 +165,7 @@ def callbacks(in_flight: InFlight) -> dict[str, Any]:
     }
 
 
-def _quietly(method: Any, *args: Any, **kwargs: Any) -> Any:
+def quietly(method: Any, *args: Any, **kwargs: Any) -> Any:
     """Start ``method``'s request without the SDK's deprecation warning (sampling and roots
     are deprecated by the 2026-07-28 protocol; servers of the handshake era still use them,
     and relaying them is this module's purpose). The warning is raised on the call, before

@@ -17,7 +17,7 @@ import anyio
 
 from tether.errors import ConfigurationError, UpstreamLost
 from tether.mcp.config import ServerConfig
-from tether.mcp.relay import CURRENT, InFlight, callbacks, progress_callback
+from tether.mcp.relay import CURRENT, InFlight, callbacks, progress_callback, quietly
 
 if TYPE_CHECKING:
     import mcp
@@ -57,6 +57,8 @@ class Upstream:
         self.lost: str | None = None  # why the connection ended, once it has
         self.gone = anyio.Event()  # set when it ends: the gateway's keeper reconnects
         self.in_flight = InFlight()  # the clients of the calls running now (tether.mcp.relay)
+        # Told of the server's ``notifications/resources/updated`` (tether.mcp.reads).
+        self.on_updated: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def id(self) -> str:
@@ -161,6 +163,12 @@ class Upstream:
             f"prompts/get {name}", self._connected().get_prompt(name, arguments)
         )
 
+    async def subscribe(self, uri: str, on: bool) -> None:
+        session = self._connected()
+        method = session.subscribe_resource if on else session.unsubscribe_resource
+        request = quietly(method, uri)  # handshake-era servers' feature, relayed on purpose
+        await self._lost_is_unknown(f"resources/{'' if on else 'un'}subscribe {uri}", request)
+
     async def complete(self, params: mcp_types.CompleteRequestParams) -> mcp_types.CompleteResult:
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
@@ -236,6 +244,9 @@ class Upstream:
                 self.spawn(self._relist)
             else:
                 await self._relist()
+        elif isinstance(message, mcp_types.ResourceUpdatedNotification):
+            if self.on_updated is not None:
+                await self.on_updated(str(message.params.uri))
         elif isinstance(message, Exception) and is_connection_lost(message):
             self.mark_lost(message)
 
