@@ -6,6 +6,7 @@ call's outcome is still the gate's record."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +83,31 @@ def test_progress_sampling_and_elicitation_are_relayed_to_the_calling_client(
     assert seen_progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
     effects = {e.tool_name: e.status.value for e in store.list_effects()}
     assert effects == {"ask_model": "committed", "ask_user": "committed", "steps": "committed"}
+
+
+def test_over_stdio_a_served_gateway_relays_sampling_to_its_client(tmp_path: Path) -> None:
+    """The same through `tether mcp serve` as a subprocess, the client over stdio."""
+    from mcp import StdioServerParameters
+
+    state = tmp_path / "upstream"
+    state.mkdir()
+    config = write_config(tmp_path, upstream_config(state, TOOLS))
+    anyio.run(pin_tools, config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["TETHER_DB"] = f"sqlite:///{tmp_path}/gateway.db"
+    served = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tether", "mcp", "serve", "--config", str(config.path)],
+        env=env,
+    )
+
+    async def sampling(context: Any, params: Any) -> Any:
+        return mcp_types.CreateMessageResult.model_validate(
+            {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}
+        )
+
+    async def scenario() -> str:
+        async with Client(served, mode="legacy", sampling_callback=sampling) as client:
+            return text(await client.call_tool("ask_model", {}))
+
+    assert anyio.run(scenario) == "model said: hello"
