@@ -32,6 +32,7 @@ TEST_TOOLS: dict[str, str] = {
     "save": 'risk = "write"\ntenant_path = "tenant"',
     "slow_save": 'risk = "write"\ntenant_scoped = false',
     "crash": 'risk = "write"\ntenant_scoped = false',
+    "save_then_wait": 'risk = "write"\ntenant_scoped = false',
     "big": 'risk = "read"\ntenant_scoped = false\nmax_result_bytes = 1000',
     "fail": 'risk = "read"\ntenant_scoped = false',
     "profile": 'risk = "read"\ntenant_scoped = false\nsensitive_fields = ["api_key"]',

@@ -22,6 +22,7 @@ from tests.mcp.helpers import (
     witness,
     write_config,
 )
+from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.errors import TetherError
 from tether.gate.desk import decide_approval
@@ -188,9 +189,11 @@ def test_results_are_capped_redacted_and_upstream_errors_fail(
         await pin_tools(config)
         async with connected(config, store) as (_, client):
             big = await client.call_tool("big", {"size": 50_000})
-            assert len(text(big).encode()) < 1200 and "truncated" in text(big)
-            flags = (big.meta or {})["io.tether/outcome"]["flags"]
-            assert any("over 1000 bytes" in f for f in flags), flags
+            assert len(text(big).encode()) < 1200 and "result capped" in text(big)
+            capped = (big.meta or {})["io.tether/capped"]
+            whole = {"content": [{"type": "text", "text": "x" * 50_000}]}
+            assert capped["bytes"] == len(canonical_json(whole))
+            assert capped["sha256"] == "sha256:" + sha256_hex(canonical_json(whole))
             profile = await client.call_tool("profile", {})
             # Passed through as the server gave it (text and structured content), with the
             # credential-looking key redacted as the ledger holds it.
@@ -210,6 +213,7 @@ def test_results_are_capped_redacted_and_upstream_errors_fail(
     assert stored["fail"].status is EffectStatus.FAILED
     assert "k-123" not in (stored["profile"].result_json or "")
     assert "drop" not in stored
+    assert len(stored["big"].result_json or "") < 1000  # not the 50,000 bytes it was sent
 
 
 def test_an_upstream_that_dies_mid_call_leaves_an_unknown_effect_a_human_resolves(

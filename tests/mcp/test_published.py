@@ -11,6 +11,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from tests.mcp.helpers import (
     approval_id,
@@ -24,6 +26,7 @@ from tests.mcp.helpers import (
     text,
     write_config,
 )
+from tether.core.digest import canonical_json, sha256_hex
 from tether.core.ledger import EffectStatus
 from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
@@ -180,3 +183,45 @@ tenant_scoped = false
     assert git(repo, "log", "--format=%s").split() == ["second", "first"]
     effects = [e for e in store.list_effects() if e.tool_name == "git_commit"]
     assert [e.status for e in effects] == [EffectStatus.COMMITTED]
+
+
+def test_a_large_file_read_is_capped_in_the_ledger_with_the_digest_of_the_whole(
+    tmp_path: Path, store: SQLiteStore
+) -> None:
+    folder = (tmp_path / "files").resolve()
+    folder.mkdir()
+    big = folder / "big.txt"
+    big.write_text("".join(f"line {i:07d} of a large file\n" for i in range(150_000)))  # ~4 MB
+    config = filesystem_config(tmp_path, folder)
+    script = required("server-filesystem", FILESYSTEM)
+
+    async def direct() -> dict[str, object]:
+        params = StdioServerParameters(command="node", args=[script, str(folder)])
+        with open(os.devnull, "w") as quiet:
+            async with stdio_client(params, errlog=quiet) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                got = await s.call_tool("read_text_file", {"path": str(big)})
+        blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in got.content]
+        return {"content": blocks, "structuredContent": got.structured_content}
+
+    async def scenario() -> None:
+        await pin_tools(config)
+        async with connected(config, store) as (_, client):
+            read = await client.call_tool("read_text_file", {"path": str(big)})
+            # The SDK client validated it against the tool's output schema: still its shape.
+            assert not read.is_error, text(read)
+            capped = (read.meta or {})["io.tether/capped"]
+            whole = canonical_json(await direct())
+            assert capped["bytes"] == len(whole.encode()) > 4_000_000
+            assert capped["sha256"] == "sha256:" + sha256_hex(whole)
+            assert "result capped" in text(read) and text(read).startswith("line 0000000")
+            assert len(text(read).encode()) < 65_536
+            content = (read.structured_content or {})["content"]
+            assert isinstance(content, str) and 0 < len(content) < 65_536
+            again = await client.call_tool("read_text_file", {"path": str(big)})
+            assert (again.meta or {})["io.tether/capped"] == capped  # a new read, same digest
+
+    anyio.run(scenario)
+    reads = [e for e in store.list_effects() if e.tool_name == "read_text_file"]
+    assert len(reads) == 2
+    assert all(len(e.result_json or "") < 65_536 for e in reads)  # not stored whole

@@ -1,5 +1,6 @@
 """``tether mcp``: the MCP gateway (``pip install -e '.[mcp]'``).
 
+    tether mcp init --config gateway.toml -- CMD ARGS   a config from a server's tools, pinned
     tether mcp pin --config gateway.toml       record each configured tool's digest
     tether mcp inspect --config gateway.toml   review every upstream tool before exposing it
     tether mcp serve --config gateway.toml     serve over stdio (or --http)
@@ -50,6 +51,134 @@ def _load(config_path: str) -> GatewayConfig:
 @click.group()
 def mcp() -> None:
     """The MCP gateway: govern any MCP server's tools (pin, inspect, serve)."""
+
+
+@mcp.command("init")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The gateway config to write (gateway.toml); its lock file is written beside it.",
+)
+@click.option("--server", "server_id", default="main", show_default=True, help="The server's id.")
+@click.option("--url", default=None, help="A streamable-HTTP server's URL (instead of a command).")
+@click.option(
+    "--db",
+    "db",
+    default=None,
+    help="The gateway's store (default: gateway.db beside the config).",
+)
+@click.option("--subject", default="desktop", show_default=True, help="Who calls over stdio.")
+@click.option("--tenant", default="default", show_default=True, help="Their tenant.")
+@click.option(
+    "--approver",
+    "approvers",
+    multiple=True,
+    help="Who may approve (repeat; default: your login name).",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing config and lock file.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def init_command(
+    config_path: str,
+    server_id: str,
+    url: str | None,
+    db: str | None,
+    subject: str,
+    tenant: str,
+    approvers: tuple[str, ...],
+    force: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Write a gateway config from a server's live tool list, and pin it.
+
+    Give the server's command after --, or --url. Every tool gets a table whose risk is
+    guessed from the server's hints and marked REVIEW; a tool that looks poisoned is
+    written commented out. `tether mcp serve --config` takes the file as it is."""
+    import getpass
+    import os
+    import tomllib
+    from pathlib import Path
+
+    import anyio
+
+    from tether.mcp.config import ServerConfig, parse_config
+    from tether.mcp.pins import Lock, write_lock
+    from tether.mcp.review import pin, review
+    from tether.mcp.scaffold import Scaffold, render
+
+    path = Path(config_path).resolve()
+    lock_path = path.with_name(path.stem + ".lock.json")
+    if (bool(command)) == (url is not None):
+        raise click.UsageError("give the server's command after --, or --url (one of them)")
+    for existing in (path, lock_path):
+        if existing.exists() and not force:
+            raise click.ClickException(
+                f"{existing} exists; tether mcp init does not overwrite it (--force to)"
+            )
+    server = ServerConfig(
+        id=server_id,
+        command=command[0] if command else None,
+        args=tuple(command[1:]),
+        url=url,
+        tools={},
+    )
+    snapshots, name, version = anyio.run(_list_server, server)
+    text = render(
+        Scaffold(
+            server_id=server_id,
+            command=server.command,
+            args=server.args,
+            url=url,
+            db=db or f"sqlite:///{path.with_name('gateway.db')}",
+            subject=subject,
+            tenant=tenant,
+            approvers=approvers or (getpass.getuser(),),
+            snapshots=snapshots,
+            server_name=name,
+            server_version=version,
+        )
+    )
+    config = parse_config(tomllib.loads(text), path)  # what `serve` will read, checked first
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    rows = review(config, Lock({}), {server_id: snapshots})
+    new, pinned, problems = pin(rows, Lock({}), accept=set(), now=time.time())
+    write_lock(lock_path, new)
+    offered = len(config.servers[server_id].tools)
+    click.echo(f"wrote {path}: {offered} of {len(snapshots)} tool(s), risks guessed: REVIEW them")
+    for key in pinned:
+        click.echo(f"pinned {key} ({new.tools[key].digest})")
+    for problem in problems:
+        note(f"error: {problem}")
+    left = len(snapshots) - offered
+    if left:
+        note(f"{left} tool(s) look poisoned and are commented out in {path.name}")
+    click.echo(f"lock file: {lock_path}")
+    click.echo(f"next: tether mcp inspect --config {path}; tether mcp serve --config {path}")
+
+
+async def _list_server(server: Any) -> tuple[dict[str, dict[str, Any]], str | None, str | None]:
+    from contextlib import AsyncExitStack
+
+    from tether.mcp.pins import snapshot
+    from tether.mcp.upstream import Upstream
+
+    async with AsyncExitStack() as stack:
+        upstream = Upstream(server, errlog=sys.stderr)
+        await upstream.connect(stack)
+        snaps = {
+            n: snapshot(
+                t,
+                server_id=server.id,
+                server_name=upstream.server_name,
+                version=upstream.server_version,
+            )
+            for n, t in upstream.tools.items()
+        }
+        return snaps, upstream.server_name, upstream.server_version
 
 
 @mcp.command("pin")

@@ -7,7 +7,12 @@ gate, with no change to the agent.
 - ``upstream``: one connection to an upstream server (the SDK's client);
 - ``gateway``: the MCP server whose ``tools/call`` passes the gate (``tether mcp serve``);
 - ``http``: the gateway over streamable HTTP, callers authenticated by credential;
-- ``review``: what ``tether mcp pin`` and ``inspect`` show;
+- ``review``: what ``tether mcp pin`` and ``inspect`` show; ``scaffold``: ``tether mcp init``;
+- ``reads``: resources and prompts as governed reads; ``relay``: progress, logging,
+  sampling, elicitation and roots passed to the calling client;
+- ``capped``: results over a tool's cap; ``pipe``: the upstream stdio transport;
+- ``liveness``: which gateway processes on a SQLite store are alive (a restart settles what
+  a killed one left ``dispatched``);
 - ``client``: ``GovernedSession``, the same pipeline around an ``mcp.ClientSession``.
 
 Names load on first use, so ``import tether.mcp`` does not import the SDK.

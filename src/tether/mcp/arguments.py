@@ -5,11 +5,15 @@ one reviewed), and credential-shaped values in arguments the tool does not decla
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+from tether.core.digest import canonical_json, sha256_hex
+from tether.core.principal import Principal
 from tether.core.screening import CREDENTIAL_MIN_LENGTH, CREDENTIAL_PATTERN
-from tether.tools.registry import Manifest
+from tether.tools.registry import Manifest, Registry
+from tether.tools.tenancy import fill_tenant
 
 
 def undeclared_arguments(manifest: Manifest | None, arguments: Mapping[str, Any]) -> list[str]:
@@ -41,3 +45,17 @@ def _holds(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(_holds(v) for v in value)
     return False
+
+
+def argument_digest(
+    registry: Registry, principal: Principal, name: str, arguments: dict[str, Any]
+) -> str:
+    """The arguments' digest as the gate binds them (the caller's tenant filled in where
+    the tool takes it), so it names the same call as the approvals the store holds."""
+    tool = registry.find(name)
+    parts = tool.manifest.tenant_parts if tool is not None else None
+    if parts is not None:
+        # Arguments the gate refuses anyway are digested as sent.
+        with contextlib.suppress(Exception):
+            arguments = fill_tenant(arguments, parts, principal.tenant)
+    return "sha256:" + sha256_hex(canonical_json(arguments))

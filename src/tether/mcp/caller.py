@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.digest import canonical_json, sha256_hex
 from tether.core.principal import Principal
-from tether.errors import CredentialMissing
+from tether.errors import ConfigurationError, CredentialMissing
 from tether.identity import authenticate
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tether.core.principal import Identity
     from tether.store.base import Store
 
 
@@ -52,6 +55,13 @@ SESSION_META = "io.tether/session"  # a stateless client's name for its conversa
 CALL_META = "io.tether/call_id"  # a client's own id for one intended call
 
 
+def named_session(meta: Mapping[str, Any] | None) -> str:
+    """The conversation a client names in a request's ``_meta`` (``io.tether/session``),
+    or "" when it names none."""
+    named = (meta or {}).get(SESSION_META)
+    return str(named)[:200] if isinstance(named, str | int) and named != "" else ""
+
+
 def caller_from_headers(
     store: Store, headers: Mapping[str, str], meta: Mapping[str, Any] | None = None
 ) -> Caller:
@@ -64,11 +74,33 @@ def caller_from_headers(
     session = headers.get("mcp-session-id")
     if session:
         return Caller(identity.principal(), session, identity.credential_id)
-    named = (meta or {}).get(SESSION_META)
-    conversation = str(named)[:200] if isinstance(named, str | int) and named != "" else ""
     return Caller(
         identity.principal(),
-        "stateless:" + conversation,
+        "stateless:" + named_session(meta),
         identity.credential_id,
         stateless=True,
     )
+
+
+def stdio_caller(
+    identity: Identity | None,
+    principal: Principal | None,
+    process_session: str,
+    named: str,
+    config_path: Path,
+) -> Caller:
+    """The caller over stdio: the principal credential the gateway was started with, else
+    the config's principal. Its session is the gateway process's, unless the client names
+    its conversation in ``_meta``: that one outlives the process (a restart, a client that
+    starts the gateway per task), and its request ids then repeat across processes, as over
+    the stateless protocol."""
+    session = "stateless:" + named if named else process_session
+    if identity is not None:
+        return Caller(identity.principal(), session, identity.credential_id, stateless=bool(named))
+    if principal is None:
+        raise ConfigurationError(
+            f"gateway config {config_path} has no [principal]: over stdio the gateway acts "
+            "for the principal the config names, or for the principal credential in "
+            "TETHER_PRINCIPAL_TOKEN"
+        )
+    return Caller(principal, session, stateless=bool(named))

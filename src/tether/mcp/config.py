@@ -27,6 +27,11 @@ server's own annotations, which may only make a tool stricter (``effective_risk`
     [servers.fs.tools.write_file]
     risk = "write"
 
+    [servers.docs]                   # resources and prompts, offered as governed reads
+    url = "http://127.0.0.1:9000/mcp"
+    resources = true
+    prompts = true
+
     [budget]                         # per session: each MCP session is one tether run
     max_steps = 200
 """
@@ -89,6 +94,11 @@ class ServerConfig:
     url: str | None = None
     headers: Mapping[str, str] | None = None
     tools: Mapping[str, ToolConfig]  # by upstream name
+    # Its resources and prompts offered as governed reads (``tether.mcp.reads``), and the
+    # tenants whose principals may read them (None: any).
+    resources: bool = False
+    prompts: bool = False
+    read_tenants: frozenset[str] | None = None
 
     def describe(self) -> str:
         return self.url if self.url else " ".join((self.command or "", *self.args)).strip()
@@ -164,6 +174,9 @@ class _ServerSpec(_Strict):
     url: str | None = None
     headers: dict[str, str] | None = None
     tools: dict[str, _ToolSpec] = {}
+    resources: bool = False
+    prompts: bool = False
+    read_tenants: list[str] | None = None
 
     @pydantic.model_validator(mode="after")
     def _one_transport(self) -> _ServerSpec:
@@ -246,6 +259,9 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> GatewayConfig:
             url=server.url,
             headers=server.headers,
             tools=tools,
+            resources=server.resources,
+            prompts=server.prompts,
+            read_tenants=None if server.read_tenants is None else frozenset(server.read_tenants),
         )
     return GatewayConfig(
         path=path,

@@ -7,7 +7,8 @@ judged by the gate like any tool call — policy, approvals, budgets, ledger, au
 redaction, screening — and a tool that drifted from its pin is refused, saying what changed.
 
 Calls and runs. Each MCP session is one tether run (over stdio: the gateway process's one
-connection; over HTTP: the ``Mcp-Session-Id`` with the caller's credential), and each request
+connection, or the conversation a client names in ``_meta``; over HTTP: the
+``Mcp-Session-Id`` with the caller's credential), and each request
 is one call whose id comes from the JSON-RPC request id. A client that sends the same request
 again after a dropped connection therefore meets the ledger's record of it: the recorded
 result if it ran, never a second execution. A call that needs approval answers with a tool
@@ -29,7 +30,6 @@ share the upstream connections and the pinned lock.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import threading
@@ -44,7 +44,7 @@ import anyio.abc
 
 from tether.core.approvals import ApprovalStatus
 from tether.core.budget import Budget
-from tether.core.digest import canonical_json, sha256_hex
+from tether.core.digest import sha256_hex
 from tether.errors import (
     ConfigurationError,
     OutcomeUnknown,
@@ -53,13 +53,22 @@ from tether.errors import (
 )
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
-from tether.mcp.arguments import credential_arguments, undeclared_arguments
-from tether.mcp.caller import CALL_META, Caller, caller_from_headers
+from tether.mcp.arguments import argument_digest, credential_arguments, undeclared_arguments
+from tether.mcp.caller import (
+    CALL_META,
+    Caller,
+    caller_from_headers,
+    named_session,
+    stdio_caller,
+)
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
+from tether.mcp.liveness import Liveness, folder_for
 from tether.mcp.offered import AskedCalls, Offered
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
+from tether.mcp.reads import Reads, Shape
+from tether.mcp.relay import CURRENT, relay_of
 from tether.mcp.unsettled import Unsettled, key_of
-from tether.mcp.upstream import Upstream
+from tether.mcp.upstream import Upstream, UpstreamToolError, gateway_version
 from tether.mcp.wire import (
     approval_wait,
     envelope,
@@ -68,7 +77,6 @@ from tether.mcp.wire import (
     text_of,
 )
 from tether.tools.registry import Manifest, Registry
-from tether.tools.tenancy import fill_tenant
 
 if TYPE_CHECKING:
     import mcp
@@ -123,12 +131,15 @@ class Gateway:
         self._stdio_caller: Caller | None = None
         self.unsettled = Unsettled()
         self.in_flight = 0  # calls being judged or run now
+        self.liveness = Liveness(folder_for(store))
+        self.reads = Reads(self)  # resources and prompts, where the config offers them
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def __aenter__(self) -> Gateway:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
+            stack.callback(self.liveness.close)
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)  # runs first on close: stop re-listings
             for sid, server in self.config.servers.items():
@@ -236,6 +247,7 @@ class Gateway:
                 ) from e
             registry.add(manifest, self._handler(tool))
             self.offered[tool.name] = Offered(tool, pinned, manifest)
+        self.reads.build(registry)
         registry.pin()
         for key in self.unpinned:
             print(
@@ -246,7 +258,9 @@ class Gateway:
         self.gate = Gate(registry, self.config.policy, self.store)
         for upstream in self.upstreams.values():
             self.check(upstream)
-        self.unsettled.load(self.gate, lambda run_id: run_id.startswith("mcp-"))
+        self.unsettled.load(
+            self.gate, lambda run_id: run_id.startswith("mcp-"), self.liveness.open()
+        )
 
     def check(self, upstream: Upstream) -> None:
         """Block each of ``upstream``'s offered tools that no longer matches its pin."""
@@ -269,6 +283,7 @@ class Gateway:
                 f"pinned ({what}); it is refused until an operator reviews it (tether mcp "
                 f"inspect --config {self.config.path}) and pins it again (tether mcp pin)"
             )
+        self.reads.check(upstream)
 
     @staticmethod
     def current_snapshot(upstream: Upstream, tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -281,6 +296,7 @@ class Gateway:
 
     async def _changed(self, upstream: Upstream) -> None:
         self.check(upstream)
+        await self.reads.announce()  # clients whose prompt or resource listing changed
 
     # -- what the client sees ----------------------------------------------------------------
     def listing(self) -> list[dict[str, Any]]:
@@ -301,13 +317,17 @@ class Gateway:
             caller = self.caller_for(ctx, meta)
             # The result's wire form: the SDK validates and shapes it for the protocol
             # version anyway, so a model built here would be validated and dumped twice.
-            return await self._call_wire(
-                caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
-            )
+            relayed = CURRENT.set(relay_of(ctx))  # progress, sampling... go to this client
+            try:
+                return await self._call_wire(
+                    caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
+                )
+            finally:
+                CURRENT.reset(relayed)
 
         server: Server[Any] = Server(
             self.config.name,
-            version=_version(),
+            version=gateway_version(),
             instructions="Tools offered through tether: each call is judged by policy, some "
             "need a human's approval before they run.",
             on_list_tools=list_tools,
@@ -315,6 +335,7 @@ class Gateway:
         # Registered as a plain request handler, which may answer with a dict (the typed
         # ``on_call_tool`` wants a model).
         server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, call_tool)
+        self.reads.register(server)
         return server
 
     # Over stdio the gateway serves one client for its whole life: one session.
@@ -332,22 +353,15 @@ class Gateway:
             return caller_from_headers(self.store, headers or {}, meta)
         if not self.stdio_session:
             self.stdio_session = uuid.uuid4().hex
+        named = named_session(meta)
         cached = self._stdio_caller
-        if cached is not None and cached.session == self.stdio_session:
+        if not named and cached is not None and cached.session == self.stdio_session:
             return cached  # one session, one caller: its run id is hashed once
-        if self.identity is not None:
-            caller = Caller(
-                self.identity.principal(), self.stdio_session, self.identity.credential_id
-            )
-        elif self.config.principal is None:
-            raise ConfigurationError(
-                f"gateway config {self.config.path} has no [principal]: over stdio the "
-                "gateway acts for the principal the config names, or for the principal "
-                "credential in TETHER_PRINCIPAL_TOKEN"
-            )
-        else:
-            caller = Caller(self.config.principal, self.stdio_session)
-        self._stdio_caller = caller
+        caller = stdio_caller(
+            self.identity, self.config.principal, self.stdio_session, named, self.config.path
+        )
+        if not named:
+            self._stdio_caller = caller
         return caller
 
     # -- a call ------------------------------------------------------------------------------
@@ -366,6 +380,18 @@ class Gateway:
         wire = await self._call_wire(caller, request_id, name, arguments, meta)
         return mcp_types.CallToolResult.model_validate(wire)
 
+    async def govern_read(
+        self,
+        caller: Caller,
+        request_id: Any,
+        name: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any],
+        shape: Shape,
+    ) -> dict[str, Any]:
+        """A resource read or prompt get through the gate (``tether.mcp.reads``)."""
+        return await self._call_wire(caller, request_id, name, arguments, meta, shape)
+
     async def _call_wire(
         self,
         caller: Caller,
@@ -373,6 +399,7 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         meta: Mapping[str, Any] | None = None,
+        shape: Shape | None = None,
     ) -> dict[str, Any]:
         """``call_tool``'s result in its wire form (what the MCP server returns)."""
         # Judged, dispatched and recorded on this loop; once the gate has recorded the call
@@ -380,7 +407,7 @@ class Gateway:
         self.in_flight += 1
         try:
             with anyio.CancelScope(shield=True):
-                result = await self._govern(caller, request_id, name, arguments, meta or {})
+                result = await self._govern(caller, request_id, name, arguments, meta or {}, shape)
         finally:
             self.in_flight -= 1
         return result
@@ -398,8 +425,11 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         meta: Mapping[str, Any],
+        shape: Shape | None = None,
     ) -> dict[str, Any]:
         gate = self._gate()
+        if shape is None and name in self.reads.names:
+            return error_result(f"tether: there is no tool '{name}'")  # a read, not a tool
         run_id = self._ensure_run(caller)
         offered = self.offered.get(name)
         manifest = offered.manifest if offered is not None else None
@@ -450,6 +480,8 @@ class Gateway:
         if isinstance(got, Ran):
             if session.asked.get(same) == call_id:
                 del session.asked[same]  # it ran: the same arguments again are a new call
+            if shape is not None:
+                return shape(got.outcome)
             manifest = offered.manifest if offered is not None else None
             return result_of(got.outcome, manifest.sensitive_fields if manifest else frozenset())
         if isinstance(got.error, OutcomeUnknown):
@@ -494,7 +526,7 @@ class Gateway:
         restart with every client process) the request id together with the arguments'
         digest — a resend is the same call, a new process's request 1 with other arguments
         is not."""
-        same = (name, self._argument_digest(caller, name, arguments))
+        same = (name, argument_digest(self._gate().registry, caller.principal, name, arguments))
         given = (meta or {}).get(CALL_META)
         raw = str(given) if isinstance(given, str | int) and given != "" else str(request_id)
         if given in (None, "") and caller.stateless:
@@ -513,17 +545,6 @@ class Gateway:
                 return own, same
         session.aliases[own] = asked
         return asked, same
-
-    def _argument_digest(self, caller: Caller, name: str, arguments: dict[str, Any]) -> str:
-        """The arguments' digest as the gate binds them (the caller's tenant filled in where
-        the tool takes it), so it names the same call as the approvals the store holds."""
-        tool = self._gate().registry.find(name)
-        parts = tool.manifest.tenant_parts if tool is not None else None
-        if parts is not None:
-            # Arguments the gate refuses anyway are digested as sent.
-            with contextlib.suppress(Exception):
-                arguments = fill_tenant(arguments, parts, caller.principal.tenant)
-        return "sha256:" + sha256_hex(canonical_json(arguments))
 
     def _session(self, run_id: str) -> AskedCalls:
         """The session's calls waiting on approvals: read from the store the first time
@@ -568,20 +589,4 @@ class Gateway:
             raise UpstreamToolError(tool.key, text_of(result))
         # The result as the server gave it (content blocks, structured content): the ledger
         # records it so, and the client gets it back so, replayed or not.
-        return envelope(result)
-
-
-class UpstreamToolError(RuntimeError):
-    """The upstream answered the call with ``isError``: the gate records a failed effect."""
-
-    def __init__(self, tool: str, text: str) -> None:
-        super().__init__(f"{tool} answered with an error: {text[:2000]}")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tether-gate")
-    except PackageNotFoundError:  # pragma: no cover - a source checkout not installed
-        return "0"
+        return envelope(result, tool.max_result_bytes)

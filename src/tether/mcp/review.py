@@ -19,6 +19,7 @@ from tether.mcp.pins import (
     snapshot,
     tool_digest,
 )
+from tether.mcp.reads import read_config, read_snapshots
 from tether.mcp.upstream import Upstream
 from tether.policy.rules import Policy
 from tether.tools.registry import Risk
@@ -113,6 +114,7 @@ async def survey(
                 )
                 for name, tool in upstream.tools.items()
             }
+            snaps.update(read_snapshots(upstream))  # prompts and templates, if offered
             found[sid] = (upstream, snaps)
     return found
 
@@ -134,7 +136,7 @@ def review(
                     key=key,
                     server=sid,
                     upstream_name=name,
-                    config=server.tools.get(name),
+                    config=server.tools.get(name) or read_config(server, name),
                     snapshot=snap,
                     digest=tool_digest(snap) if snap is not None else None,
                     pinned=lock.get(key),

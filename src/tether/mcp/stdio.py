@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 async def serve_stdio(gateway: Gateway) -> None:
     """Serve the gateway over this process's stdin and stdout until the client leaves."""
+    from mcp.server.lowlevel.server import NotificationOptions
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
 
@@ -33,5 +34,7 @@ async def serve_stdio(gateway: Gateway) -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(forward)
-            await server.run(receive, write, server.create_initialization_options())
+            # Prompts and resources listings can change (a drifted prompt withdrawn): say so.
+            changes = NotificationOptions(prompts_changed=True, resources_changed=True)
+            await server.run(receive, write, server.create_initialization_options(changes))
             tg.cancel_scope.cancel()

@@ -8,9 +8,10 @@ unknown — and refuses an identical call while one is unsettled, naming it: whe
 for a human (or ``tether recover``) to settle, never for a second execution to find out.
 
 When it starts, the gateway also settles what a previous process left ``dispatched`` and no
-live caller can still be waiting on (past the tool's timeout and ``IN_FLIGHT_S``, the rule
-``tether recover`` applies): such effects become ``unknown`` (a read: ``absent``, it may run
-again), never left ``dispatched``.
+live caller can still be waiting on — on a SQLite store, anything dispatched before every
+live gateway started (``liveness``); elsewhere, past the tool's timeout and ``IN_FLIGHT_S``,
+the rule ``tether recover`` applies: such effects become ``unknown`` (a read: ``absent``, it
+may run again), never left ``dispatched``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,14 @@ class Unsettled:
     def __init__(self) -> None:
         self.calls: dict[Key, tuple[str, str]] = {}
 
-    def load(self, gate: Gate, is_gateway_run: Callable[[str], bool]) -> None:
-        """Read the ledger once: settle what was abandoned, remember what is still open."""
+    def load(
+        self,
+        gate: Gate,
+        is_gateway_run: Callable[[str], bool],
+        abandoned_before: float | None = None,
+    ) -> None:
+        """Read the ledger once: settle what was abandoned, remember what is still open.
+        ``abandoned_before``: effects dispatched before it have no live caller."""
         now = gate.clock()
         runs: dict[str, tuple[str, str] | None] = {}
         for effect in gate.store.list_effects():
@@ -50,7 +57,8 @@ class Unsettled:
             if effect.status is EffectStatus.DISPATCHED:
                 tool = gate.registry.find(effect.tool_name)
                 timeout = tool.manifest.timeout_s if tool is not None else None
-                if now - effect.updated_at >= (timeout or 0.0) + IN_FLIGHT_S:
+                gone = abandoned_before is not None and effect.updated_at < abandoned_before
+                if gone or now - effect.updated_at >= (timeout or 0.0) + IN_FLIGHT_S:
                     try:
                         settled = reconcile_effect(gate, effect)
                     except TetherError:

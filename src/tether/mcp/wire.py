@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tether.mcp.capped import CAPPED, WHOLE, cap, capped_note
+
 if TYPE_CHECKING:
     import mcp_types
 
@@ -34,16 +36,20 @@ def text_of(result: mcp_types.CallToolResult) -> str:
 ENVELOPE = "io.tether/mcp-result"
 
 
-def envelope(result: mcp_types.CallToolResult) -> dict[str, Any]:
+def envelope(result: mcp_types.CallToolResult, max_bytes: int | None = None) -> dict[str, Any]:
     """An upstream result as the ledger records it: its content blocks and structured
-    content in their wire form, unchanged."""
+    content in their wire form, unchanged — or, over ``max_bytes``, capped
+    (``tether.mcp.capped``)."""
     body: dict[str, Any] = {
         ENVELOPE: 1,
         "content": [b.model_dump(by_alias=True, exclude_none=True) for b in result.content],
     }
     if result.structured_content is not None:
         body["structuredContent"] = result.structured_content
-    return body
+    if max_bytes is None:
+        return body
+    whole = (result.meta or {}).get(WHOLE)
+    return cap(body, max_bytes, ENVELOPE, whole if isinstance(whole, Mapping) else None)
 
 
 def result_of(outcome: Outcome, sensitive: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -69,15 +75,20 @@ def result_of(outcome: Outcome, sensitive: frozenset[str] = frozenset()) -> dict
     if isinstance(recorded, Mapping) and recorded.get(ENVELOPE) == 1:
         safe = redact(dict(recorded), sensitive)[0]
         marked = outcome.text.startswith("<<untrusted ")
+        capped = safe.get(CAPPED)
         if cut or marked:
             body["content"] = [{"type": "text", "text": outcome.text}]
         else:
             body["content"] = list(safe.get("content") or [])
+            if isinstance(capped, Mapping):
+                body["content"].append({"type": "text", "text": capped_note(capped)})
             if INJECTION_FLAG in outcome.flags:
                 warning = outcome.text.split("\n", 1)[0]
                 body["content"].insert(0, {"type": "text", "text": warning})
         if "structuredContent" in safe and not cut:
             body["structuredContent"] = safe["structuredContent"]
+        if isinstance(capped, Mapping):
+            meta[CAPPED] = dict(capped)
         return body
     body["content"] = [{"type": "text", "text": outcome.text}]
     return body
