@@ -11,26 +11,24 @@ digest and the snapshot it was computed from, so a drifted tool's error can say 
 changed rather than only that something did. It is written whole, to a temporary file
 renamed over the old one: a pin that fails half-way leaves the previous lock intact.
 
-``poisoning_findings`` looks for the documented shapes of tool poisoning: text in a
-description or schema addressed to the model (instructions to ignore, to hide something
-from the user, to read files or call other tools first), and invisible characters.
-Everything here is pure except ``read_lock`` and ``write_lock``.
+``poisoning_findings`` (from ``tether.mcp.poisoning``, re-exported here) says whether a
+tool's text is addressed to the model. Everything here is pure except ``read_lock`` and
+``write_lock``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tether.core.digest import canonical_json, sha256_hex
-from tether.core.screening import has_invisible, looks_like_injection, normalize
 from tether.errors import ConfigurationError
+from tether.mcp.poisoning import poisoning_findings
 
 __all__ = [
     "Lock",
@@ -99,66 +97,6 @@ def _diff(a: Any, b: Any, path: str, out: list[str]) -> None:
                 _diff(a[k], b[k], f"{path}.{k}", out)
         return
     out.append(f"{path} changed")
-
-
-# Phrases aimed at the model rather than describing the tool, from published tool-poisoning
-# cases: hidden instructions, secrecy towards the user, reading secrets or calling other
-# tools first, and markup that fakes an important or system section.
-_POISON = re.compile(
-    r"(<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>"
-    r"|\b(do not|don't|never)\s+(tell|mention|inform|reveal|show|notify)\b[^.]{0,40}\b(user|human)"
-    r"|\bwithout\s+(telling|informing|asking)\s+the\s+(user|human)"
-    r"|\bbefore\s+(using|calling|running|invoking)\s+(this|any|the)\b[^.]{0,40}\b(read|call|send|run|fetch)"
-    r"|\b(the\s+)?(assistant|model|ai|llm)\s+(must|has to|needs to)\b"
-    r"|\binstead\s+of\s+(the\s+)?user\b"
-    r"|~/\.ssh|\bid_rsa\b|\.aws/credentials|\bmcp\.json\b|\.env\b|/etc/passwd"
-    r"|\b(send|forward|post|upload|email)\b[^.]{0,40}\b(to|at)\s+(https?://|[\w.+-]+@))",
-    re.IGNORECASE,
-)
-
-
-def poisoning_findings(snap: Mapping[str, Any]) -> list[str]:
-    """Why a tool's text looks addressed to the model (empty: nothing found). Checks the
-    title, the description and every string inside the schemas and annotations."""
-    findings: list[str] = []
-    for where, text in _texts(snap):
-        if has_invisible(text):
-            findings.append(f"{where} contains invisible characters")
-        folded = normalize(text)
-        if looks_like_injection(folded):
-            findings.append(f"{where} contains an instruction to the model: {_excerpt(folded)}")
-            continue
-        hit = _POISON.search(folded)
-        if hit is not None:
-            findings.append(
-                f"{where} contains text aimed at the model ({hit.group(0)!r}): {_excerpt(folded)}"
-            )
-    return findings
-
-
-def _texts(snap: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
-    for key in ("title", "description"):
-        value = snap.get(key)
-        if isinstance(value, str):
-            yield key, value
-    for key in ("inputSchema", "outputSchema", "annotations"):
-        yield from _strings(snap.get(key), key)
-
-
-def _strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _strings(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _strings(v, f"{path}[{i}]")
-
-
-def _excerpt(text: str) -> str:
-    flat = " ".join(text.split())
-    return repr(flat if len(flat) <= 120 else flat[:117] + "...")
 
 
 # -- the lock file ---------------------------------------------------------------------------
