@@ -748,6 +748,26 @@ ORDINARY: list[tuple[str, dict[str, Any]]] = [
         "list_env",
         "List the environment variables configured for a project (values are redacted).",
     ),
+    _t("browser_add_cookie", "Add a cookie to the browser context."),
+    _t(
+        "env_template",
+        "Read the project .env.example file and list the variables it declares.",
+    ),
+    _t("whoami", "Get the caller identity for the configured AWS credentials."),
+    _t(
+        "jira_search",
+        "Uses the credentials from the server environment to authenticate with Jira.",
+    ),
+    _t("summarise_thread", "Summarise the conversation so far into a short note."),
+    _t("git_summary", "Returns only a summary of the diff; use git_show for full details."),
+    _t(
+        "get_profile",
+        "Get the user profile. Private fields are only shown to the owner.",
+    ),
+    _t(
+        "search_mail",
+        "Search emails in the inbox, e.g. from:bob@company.com subject:invoice",
+    ),
     _t(
         "list_secrets",
         "List the names of the repository's Actions secrets; values are never returned.",

@@ -34,10 +34,10 @@ def test_every_ordinary_description_is_clean(name: str, tool: dict[str, Any]) ->
 
 def test_the_counts() -> None:
     reworded = [(n, t) for n, t in POISONED if not n.startswith("invariant-")]
-    assert (len(reworded), len(ORDINARY)) == (32, 98)
+    assert (len(reworded), len(ORDINARY)) == (32, 106)
     assert len(flagged(reworded)) == 32  # before this check: 6 of 32
     assert len(flagged(POISONED)) == len(POISONED)  # Invariant's originals: still all 3
-    assert flagged(ORDINARY) == []
+    assert flagged(ORDINARY) == []  # before: 1 of 106 (".env.example" read as ".env")
 
 
 def test_the_reworded_corpus_avoids_the_usual_keywords() -> None:

@@ -33,7 +33,8 @@ __all__ = ["poisoning_findings"]
 
 # Phrases aimed at the model rather than describing the tool, from published tool-poisoning
 # cases: hidden instructions, secrecy towards the user, reading secrets or calling other
-# tools first, and markup that fakes an important or system section.
+# tools first, and markup that fakes an important or system section. (".env" followed by a
+# dot is a template such as ".env.example", which holds no secrets.)
 _POISON = re.compile(
     r"(<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>"
     r"|\b(do not|don't|never)\s+(tell|mention|inform|reveal|show|notify)\b[^.]{0,40}\b(user|human)"
@@ -41,7 +42,7 @@ _POISON = re.compile(
     r"|\bbefore\s+(using|calling|running|invoking)\s+(this|any|the)\b[^.]{0,40}\b(read|call|send|run|fetch)"
     r"|\b(the\s+)?(assistant|model|ai|llm)\s+(must|has to|needs to)\b"
     r"|\binstead\s+of\s+(the\s+)?user\b"
-    r"|~/\.ssh|\bid_rsa\b|\.aws/credentials|\bmcp\.json\b|\.env\b|/etc/passwd"
+    r"|~/\.ssh|\bid_rsa\b|\.aws/credentials|\bmcp\.json\b|\.env\b(?!\.)|/etc/passwd"
     r"|\b(send|forward|post|upload|email)\b[^.]{0,40}\b(to|at)\s+(https?://|[\w.+-]+@))",
     re.IGNORECASE,
 )
@@ -56,18 +57,19 @@ _SECRET_FILE = re.compile(
 
 # Things that are not a tool's input but can be moved into one: secrets, the environment,
 # files in the home directory, the conversation. Only a finding with a verb moving them
-# (below): "Prints all environment variables" describes a debugging tool.
+# (below): "Prints all environment variables" describes a debugging tool. "add", "put",
+# "load" are left out of the verbs: "Add a cookie to the browser context" is a browser tool.
 _SECRET_SOURCE = re.compile(
     r"\b(?:ssh|private|signing|gpg)\s+(?:private\s+)?keys?\b|\bapi\s+keys?\b|\bpasswords?\b"
-    r"|\bcredentials?\b|\bcookies?\b|\baccess\s+tokens?\b|\.env\b|\benv\s+file"
+    r"|\bcredentials?\b|\bcookies?\b|\baccess\s+tokens?\b|\.env\b(?!\.)|\benv\s+file"
     r"|\benvironment\s+(?:variables?|vars|file)|\benv\s+(?:variables?|vars)\b"
     r"|(?:^|\s)(?:~/|\$home\b|%userprofile%)|\bhome\s+director"
     r"|\bconversation\b|\bchat\s+(?:history|log)|\b(?:previous|earlier|last)\s+messages"
 )
 _MOVE = re.compile(
     r"\b(?:read|reads|include[sd]?|pass(?:es|ed)?|attach(?:es|ed)?|cop(?:y|ies|ied)"
-    r"|put|puts|append(?:s|ed)?|add|adds|embed|paste|supply|provide[sd]?|send|sends|sent"
-    r"|upload(?:s|ed)?|collect(?:s|ed)?|gather(?:s|ed)?|load(?:s|ed)?|forward(?:s|ed)?"
+    r"|append(?:s|ed)?|embed|paste|supply|send|sends|sent"
+    r"|upload(?:s|ed)?|collect(?:s|ed)?|gather(?:s|ed)?|forward(?:s|ed)?"
     r"|required|needed|needs|contents?|text\s+of)\b"
 )
 
