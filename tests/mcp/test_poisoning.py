@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.mcp.poisoning_corpus import ORDINARY, POISONED
+from tests.mcp.poisoning_corpus import MISSED, ORDINARY, POISONED
 from tether.mcp.pins import poisoning_findings, snapshot
 
 KEYWORDS = ("ignore", "instruction", "important", "system", "assistant")
@@ -34,15 +34,16 @@ def test_every_ordinary_description_is_clean(name: str, tool: dict[str, Any]) ->
 
 def test_the_counts() -> None:
     reworded = [(n, t) for n, t in POISONED if not n.startswith("invariant-")]
-    assert (len(reworded), len(ORDINARY)) == (32, 106)
-    assert len(flagged(reworded)) == 32  # before this check: 6 of 32
+    assert (len(reworded), len(ORDINARY)) == (41, 110)
+    assert len(flagged(reworded)) == 41  # before this check: 6 of 41
     assert len(flagged(POISONED)) == len(POISONED)  # Invariant's originals: still all 3
-    assert flagged(ORDINARY) == []  # before: 1 of 106 (".env.example" read as ".env")
+    assert flagged(ORDINARY) == []  # before: 1 of 110 (".env.example" read as ".env")
+    assert flagged(MISSED) == []  # known misses: finding one moves it to POISONED
 
 
 def test_the_reworded_corpus_avoids_the_usual_keywords() -> None:
     # Otherwise the keyword patterns, not the side-task shapes, would be what is measured.
-    for name, tool in POISONED:
+    for name, tool in POISONED + MISSED:
         if not name.startswith("invariant-"):
             text = str(tool).lower()
             assert not any(k in text for k in KEYWORDS), name

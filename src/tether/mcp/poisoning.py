@@ -65,12 +65,13 @@ _SECRET_SOURCE = re.compile(
     r"|\benvironment\s+(?:variables?|vars|file)|\benv\s+(?:variables?|vars)\b"
     r"|(?:^|\s)(?:~/|\$home\b|%userprofile%)|\bhome\s+director"
     r"|\bconversation\b|\bchat\s+(?:history|log)|\b(?:previous|earlier|last)\s+messages"
+    r"|\b[a-z0-9]+_(?:token|api_key|key|secret|password)\b"  # GITHUB_TOKEN, once lowercased
 )
 _MOVE = re.compile(
     r"\b(?:read|reads|include[sd]?|pass(?:es|ed)?|attach(?:es|ed)?|cop(?:y|ies|ied)"
     r"|append(?:s|ed)?|embed|paste|supply|send|sends|sent"
     r"|upload(?:s|ed)?|collect(?:s|ed)?|gather(?:s|ed)?|forward(?:s|ed)?"
-    r"|required|needed|needs|contents?|text\s+of)\b"
+    r"|required|needed|needs|contents?|text\s+of|value\s+of|prefix(?:ed)?|go(?:es)?\s+in(?:to)?)\b"
 )
 
 # A literal destination: an email address, a URL, an scp-style git remote.
@@ -87,7 +88,7 @@ _ROUTE = re.compile(
     r"\b(?:mirror(?:s|ed)?|cop(?:y|ies|ied)|b?cc|forward(?:s|ed)?|post(?:s|ed)?|send|sends"
     r"|sent|upload(?:s|ed)?|report(?:s|ed)?|relay(?:s|ed)?|deliver(?:s|ed)?|sync(?:s|ed)?"
     r"|transmit(?:s|ted)?|share[sd]?|submit(?:s|ted)?|route[sd]?|recipients?|remote"
-    r"|archive[sd]?|kept|stored|logged)\b"
+    r"|archive[sd]?|kept|stored|logged|go(?:es)?\s+to|written\s+to|set\s+to)\b"
 )
 # Where a property's own values sit: a fixed address here is where the data goes unasked.
 _VALUE_KEYS = ("default", "const", "enum", "examples", "example")
@@ -107,6 +108,21 @@ _SECRECY = re.compile(
     r"|\b(?:quietly|silently|discreetly|covertly|secretly)\s+(?:send|forward|copy|read"
     r"|include|attach|add|mirror|post|upload|filled|fill)"
     r"|\b(?:do\s+not|don't|never)\s+(?:mention|reveal|disclose|surface|bring\s+up)\b"
+    r"|\b(?:omit|omits|withhold|conceal|leave\s+out)\b[^.;]{0,40}\b(?:fee|charge|step|copy|cost"
+    r"|transfer|recipient)s?\b"
+    r"|\b(?:reply|answer|response)\b[^.;]{0,40}\b(?:omit|withhold|conceal|leave\s+out)\b"
+)
+
+# Acting against what the user asked, or telling them otherwise: "regardless of what was
+# asked", "whichever card the person names", "told it succeeded even when it fails".
+_OVERRIDE = re.compile(
+    r"\bregardless\s+of\s+(?:what|which|whom?)\b[^.;]{0,30}\b(?:asked|said|named|chose|wants?"
+    r"|requested|user|person)"
+    r"|\bwhichever\b[^.;]{0,30}\b(?:user|person|caller|customer)\s+(?:names|asks|says|chooses"
+    r"|picks|wants)"
+    r"|\bno\s+matter\s+what\s+(?:the\s+)?(?:user|person|caller)"
+    r"|\b(?:be\s+told|tell\s+(?:the\s+)?(?:user|caller|person)|assure)\b[^.;]{0,30}"
+    r"\b(?:succeeded|success(?:ful)?|worked)\b[^.;]{0,20}\beven\s+(?:when|if)\b"
 )
 
 # Another tool, by name or as "other tools". Naming a sibling is ordinary ("call this after
@@ -166,9 +182,13 @@ def _why(text: str, kind: str, own: frozenset[str]) -> str | None:
         return "a property name that routes data"
     if (hit := _SECRECY.search(text)) is not None:
         return f"keeps something from the user {hit.group(0)!r}"
+    if (hit := _OVERRIDE.search(text)) is not None:
+        return f"overrides the user {hit.group(0)!r}"
     for sentence in _sentences(text):
         if (hit := _SECRET_SOURCE.search(sentence)) is not None and _MOVE.search(sentence):
             return f"moves {hit.group(0).strip()!r} into the call"
+        if _HIDDEN_PATH.search(sentence) and _ROUTE.search(sentence):
+            return "copies data to a hidden directory"
         # The verb is looked for outside the addresses: "mirror" in ops@mirror.net is no verb.
         to = _destinations(sentence)
         if to and _ROUTE.search(_ADDRESS.sub(" ", sentence)):
@@ -176,12 +196,33 @@ def _why(text: str, kind: str, own: frozenset[str]) -> str | None:
         other = _rule_about_another_tool(sentence, own)
         if other is not None:
             return f"a rule about another tool {other!r}"
+    if kind == "text" and (mail := _mail_outside_examples(text)):
+        return f"names a mail address {mail!r}"
+    return None
+
+
+# A mail address in a tool's text is a destination unless it is written as an example.
+_MAIL = re.compile(r"[\w.+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+")
+_EXAMPLE_BEFORE = re.compile(
+    r"(?:e\.g\.|i\.e\.|for\s+example|for\s+instance|such\s+as|like)[^.;]{0,30}$"
+)
+
+
+def _mail_outside_examples(text: str) -> str | None:
+    for m in _MAIL.finditer(text):
+        address = m.group(0).rstrip(".")
+        if _RESERVED.search(address) is None and not _EXAMPLE_BEFORE.search(text[: m.start()]):
+            return address
     return None
 
 
 def _destinations(text: str) -> list[str]:
     """Literal addresses in ``text`` that could receive something."""
     return [a for a in _ADDRESS.findall(text) if _RESERVED.search(a.rstrip(".,;")) is None]
+
+
+# An absolute path through a hidden directory ("/tmp/.cache/x"): a place to stash a copy.
+_HIDDEN_PATH = re.compile(r"(?:^|\s)/[\w/-]*/\.[\w-]+")
 
 
 def _rule_about_another_tool(sentence: str, own: frozenset[str]) -> str | None:
