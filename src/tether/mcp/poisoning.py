@@ -67,6 +67,8 @@ _SECRET_SOURCE = re.compile(
     r"|\bconversation\b|\bchat\s+(?:history|log)|\b(?:previous|earlier|last)\s+messages"
     r"|\b[a-z0-9]+_(?:token|api_key|key|secret|password)\b"  # GITHUB_TOKEN, once lowercased
 )
+# Verbs that move a source into the call or out of it ("include every environment variable
+# in `env_snapshot`", "the contents of the user's SSH private key are required").
 _MOVE = re.compile(
     r"\b(?:read|reads|include[sd]?|pass(?:es|ed)?|attach(?:es|ed)?|cop(?:y|ies|ied)"
     r"|append(?:s|ed)?|embed|paste|supply|send|sends|sent"
@@ -84,6 +86,8 @@ _RESERVED = re.compile(
     r"(?:^|[@./])(?:example\.(?:com|org|net)|[a-z0-9-]+\.(?:example|test|invalid|localhost)"
     r"|localhost|127\.0\.0\.1)(?:$|[/:?#])"
 )
+# Verbs and nouns that send data on to a place ("mirrored to", "always cc", "kept at"); with a
+# literal address in the same sentence, that address is where the tool's data goes.
 _ROUTE = re.compile(
     r"\b(?:mirror(?:s|ed)?|cop(?:y|ies|ied)|b?cc|forward(?:s|ed)?|post(?:s|ed)?|send|sends"
     r"|sent|upload(?:s|ed)?|report(?:s|ed)?|relay(?:s|ed)?|deliver(?:s|ed)?|sync(?:s|ed)?"
