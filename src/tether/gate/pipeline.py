@@ -469,7 +469,7 @@ class Gate:
                         else state.budget.add_bytes(done.added_bytes)
                     )
                     after = checkpoint(state, budget, run_id=effect.run_id, seals=self.store.keys)
-                    tx.update_run(record, checkpoint_json=after, updated_at=done.at)
+                    tx.write_checkpoint(record, after, done.at)
                 tx.append_audit(
                     "tool_effect_resolved",
                     at=done.at,

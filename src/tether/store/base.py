@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from tether.core.approvals import REQUEST_SEAL, Approval, ApprovalStatus, request_payload
-from tether.core.digest import canonical_json, sha256_hex
+from tether.core.digest import canonical_json, evolve, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
 from tether.core.lifecycle import MODEL_RETRY_AFTER_S, RunStatus
 from tether.errors import (
@@ -50,6 +50,7 @@ from tether.evidence.crosscheck import (
     EFFECT,
     RUN,
     Evidence,
+    approval_cells,
     approval_digest,
     effect_digest,
     row_digest,
@@ -115,11 +116,30 @@ class Tx(abc.ABC):
         ``run.state_version``; bump it (I6)."""
         new = replace(run, state_version=run.state_version + 1, **changes)
         if not self._cas_run(new, run.state_version):
-            current = self.get_run(run.run_id)
-            raise StaleState(
-                run.run_id, run.state_version, None if current is None else current.state_version
-            )
+            self._stale(run)
         return new
+
+    def write_checkpoint(
+        self, run: RunRecord, checkpoint_json: str, updated_at: float
+    ) -> RunRecord:
+        """``update_run(run, checkpoint_json=..., updated_at=...)`` for a ``run`` exactly as
+        read in this transaction (the gate's step): only those two columns and the version
+        are written, so the columns it did not change (an indexed status) cost no write."""
+        new = evolve(
+            run,
+            state_version=run.state_version + 1,
+            checkpoint_json=checkpoint_json,
+            updated_at=updated_at,
+        )
+        if not self._cas_checkpoint(new, run.state_version):
+            self._stale(run)
+        return new
+
+    def _stale(self, run: RunRecord) -> None:
+        current = self.get_run(run.run_id)
+        raise StaleState(
+            run.run_id, run.state_version, None if current is None else current.state_version
+        )
 
     # -- a run's conversation and steps: one small row each, never the whole history again ----
     def append_message(self, run_id: str, seq: int, body: str) -> None:
@@ -157,19 +177,22 @@ class Tx(abc.ABC):
     def get_effect(self, operation_key: str) -> Effect | None: ...
 
     def insert_effect(self, effect: Effect) -> None:
-        if not self._insert_effect(effect):
+        # The row's cells made once: written, and digested for the next audit entry.
+        cells = effect.row()
+        if not self._insert_effect(effect, cells):
             raise OperationConflict(effect.operation_key)
-        self._touched[EFFECT + effect.operation_key] = effect_digest(effect)
+        self._touched[EFFECT + effect.operation_key] = row_digest(cells)
 
     def update_effect(self, effect: Effect, expected: EffectStatus) -> None:
-        if not self._cas_effect(effect, expected):
+        cells = effect.row()
+        if not self._cas_effect(effect, expected, cells):
             current = self.get_effect(effect.operation_key)
             raise InvalidTransition(
                 effect.operation_key,
                 "missing" if current is None else current.status.value,
                 effect.status.value,
             )
-        self._touched[EFFECT + effect.operation_key] = effect_digest(effect)
+        self._touched[EFFECT + effect.operation_key] = row_digest(cells)
 
     @abc.abstractmethod
     def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
@@ -243,18 +266,21 @@ class Tx(abc.ABC):
         if approval.request_seal is None:
             seal = self.keys.seal(REQUEST_SEAL, request_payload(approval))
             approval = replace(approval, request_seal=seal)
-        if not self._insert_approval(approval):
+        # The record encoded once: its text is the row's, and the row's digest covers it.
+        cells = approval_cells(approval)
+        if not self._insert_approval(approval, cells):
             raise AlreadyExists(f"approval {approval.approval_id} already exists")
-        self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
+        self._touched[APPROVAL + approval.approval_id] = row_digest(cells)
         return approval
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
-        if not self._cas_approval(approval, expected):
+        cells = approval_cells(approval)
+        if not self._cas_approval(approval, expected, cells):
             raise StoreError(
                 f"approval {approval.approval_id} changed while it was being decided; "
                 "list it again and retry"
             )
-        self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
+        self._touched[APPROVAL + approval.approval_id] = row_digest(cells)
 
     # -- the notification outbox -------------------------------------------------------------
     def enqueue_notification(self, notification: NotificationRecord) -> None:
@@ -352,6 +378,11 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool: ...
 
+    def _cas_checkpoint(self, run: RunRecord, expected_version: int) -> bool:
+        """``_cas_run`` where only the checkpoint and the time changed: a backend may write
+        just those columns and the version."""
+        return self._cas_run(run, expected_version)
+
     @abc.abstractmethod
     def _renew_lease(self, run_id: str, owner: str, until: float) -> bool: ...
 
@@ -367,17 +398,23 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def _insert_input(self, run_id: str, seq: int, source: str, body: str, at: float) -> bool: ...
 
+    # ``cells`` is the record as its row (``effect_cells`` / ``approval_cells``), made once by
+    # the caller, which digests the same cells: a SQL backend writes them as they are.
     @abc.abstractmethod
-    def _insert_effect(self, effect: Effect) -> bool: ...
+    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool: ...
 
     @abc.abstractmethod
-    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool: ...
+    def _cas_effect(
+        self, effect: Effect, expected: EffectStatus, cells: tuple[Any, ...]
+    ) -> bool: ...
 
     @abc.abstractmethod
-    def _insert_approval(self, approval: Approval) -> bool: ...
+    def _insert_approval(self, approval: Approval, cells: tuple[Any, ...]) -> bool: ...
 
     @abc.abstractmethod
-    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool: ...
+    def _cas_approval(
+        self, approval: Approval, expected: ApprovalStatus, cells: tuple[Any, ...]
+    ) -> bool: ...
 
     @abc.abstractmethod
     def _insert_meta(self, key: str, value: str) -> bool: ...
