@@ -433,8 +433,17 @@ class Gate:
         """Judge ``call`` without running it, for frameworks that ask before they call: if
         the gate would ask a human, record the request exactly as ``call`` would and return
         its signal; on any other verdict (allow, a grant to use, a replay, a refusal) write
-        nothing and return None — ``call`` acts on it when the framework calls the tool."""
+        nothing and return None — ``call`` acts on it when the framework calls the tool.
+
+        Judged first in a read transaction (no write lock, nothing to commit): the common
+        answer, "it would not ask", writes nothing. Only an ask is judged again in a write
+        transaction, which records the request from what it reads itself (another writer may
+        have recorded it, or a decision, in between)."""
         now = self.clock()
+        with self.store.read() as tx:
+            plan, _ = self._plan(tx, run_id, call, now)
+        if not isinstance(plan, Ask):
+            return None
         with self.store.transaction() as tx:
             plan, _ = self._plan(tx, run_id, call, now)
             if not isinstance(plan, Ask):
