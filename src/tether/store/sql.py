@@ -33,7 +33,7 @@ from tether.evidence.crosscheck import (
     run_value,
 )
 from tether.evidence.keys import AuditKeys
-from tether.store.base import Store, Tx
+from tether.store.base import Pending, Store, Tx
 from tether.store.rows import CallView, CredentialRecord, NotificationRecord, RunRecord, StepRecord
 
 RUN_COLUMNS = RunRecord.columns()
@@ -311,6 +311,11 @@ class SQLTx(Tx):
     def _changed(self, sql: str, params: tuple[Any, ...]) -> bool:
         return bool(self._x(sql, params).rowcount == 1)
 
+    def _changed_later(self, sql: str, params: tuple[Any, ...]) -> bool | Pending:
+        """``_changed`` for the gate's writes, whose failure only raises: a backend that
+        pipelines them answers later (``Tx.check_writes``)."""
+        return self._changed(sql, params)
+
     # -- reads -------------------------------------------------------------------------------
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._one(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,))
@@ -457,8 +462,8 @@ class SQLTx(Tx):
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
         return self._changed(CAS_RUN, (*run.changing_cells(), run.run_id, expected_version))
 
-    def _cas_checkpoint(self, run: RunRecord, expected_version: int) -> bool:
-        return self._changed(
+    def _cas_checkpoint(self, run: RunRecord, expected_version: int) -> bool | Pending:
+        return self._changed_later(
             CAS_CHECKPOINT,
             (
                 run.state_version,
@@ -475,12 +480,14 @@ class SQLTx(Tx):
             (until, run_id, owner),
         )
 
-    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool:
-        return self._changed(INSERT_EFFECT, cells)
+    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool | Pending:
+        return self._changed_later(INSERT_EFFECT, cells)
 
-    def _cas_effect(self, effect: Effect, expected: EffectStatus, cells: tuple[Any, ...]) -> bool:
+    def _cas_effect(
+        self, effect: Effect, expected: EffectStatus, cells: tuple[Any, ...]
+    ) -> bool | Pending:
         changing = tuple(cells[i] for i in EFFECT_CHANGING)
-        return self._changed(CAS_EFFECT, (*changing, effect.operation_key, expected.value))
+        return self._changed_later(CAS_EFFECT, (*changing, effect.operation_key, expected.value))
 
     def _insert_approval(self, approval: Approval, cells: tuple[Any, ...]) -> bool:
         return self._changed(INSERT_APPROVAL, cells)
@@ -511,10 +518,10 @@ class SQLTx(Tx):
 
     def _cas_approval(
         self, approval: Approval, expected: ApprovalStatus, cells: tuple[Any, ...]
-    ) -> bool:
+    ) -> bool | Pending:
         # Of the indexed columns only the status ever changes; the record carries the rest
         # (the last cell: its canonical JSON, encoded once by the caller).
-        return self._changed(
+        return self._changed_later(
             "UPDATE approvals SET status = ?, record_json = ? WHERE approval_id = ? AND status = ?",
             (approval.status.value, cells[-1], approval.approval_id, expected.value),
         )
