@@ -7,6 +7,7 @@ whole transaction back, as it did when each statement waited for its answer."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from tests.pg import schema_url
 from tether import Gate, Policy, Principal, Registry, Risk, ToolCall
 from tether.core.ledger import EffectStatus
 from tether.errors import ApprovalRequired, InvalidTransition
-from tether.store.postgres import PostgresStore
+from tether.store.postgres import PostgresStore, PostgresTx
 
 pytestmark = pytest.mark.usefixtures("key_home")
 
@@ -103,4 +104,24 @@ def test_a_lost_write_in_a_pipelined_transaction_rolls_it_all_back(
         tx.append_audit("tool_effect_resolved", at=1.0, run_id=run_id, data={"x": 1})
     assert store.list_effects(run_id) == [effect]
     assert len(list(store.audit_entries())) == entries
+    assert store.verify_audit().intact
+
+
+def test_a_statement_the_server_refuses_rolls_back_and_leaves_the_pool_clean(
+    store: PostgresStore,
+) -> None:
+    import psycopg
+
+    gate, run_id, calls = approved_gate(store, 2)
+    gate.call(run_id, calls[0])
+    before = store.list_effects(run_id)
+    with pytest.raises(psycopg.errors.DivisionByZero), store.transaction() as tx:
+        (effect,) = before
+        changed = replace(effect, external_reference="ref-never-committed")
+        tx.update_effect(changed, EffectStatus.COMMITTED)  # sent, not yet answered
+        assert isinstance(tx, PostgresTx)
+        tx._one("SELECT 1 / 0", ())  # the server refuses: the pipeline aborts
+    assert store.list_effects(run_id) == before
+    # The one pooled connection came back usable: the next call runs and commits.
+    assert gate.call(run_id, calls[1]).status is EffectStatus.COMMITTED
     assert store.verify_audit().intact

@@ -26,6 +26,7 @@ each a short SQL statement.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import re
@@ -382,7 +383,10 @@ def _pipelined(conn: psycopg.Connection[Any], keys: AuditKeys) -> Iterator[Postg
             # caller's exception) leaves the transaction open or failed: roll it back, out
             # of the pipeline, so the connection goes back to the pool clean.
             if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+                # A server gone mid-way fails this too: the error that got here is the one
+                # to report, and the pool discards a connection it cannot reset.
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
     finally:
         if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
             conn.autocommit = False
