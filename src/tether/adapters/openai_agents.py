@@ -234,6 +234,10 @@ class Governed:
         async def needs_approval(
             _context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
         ) -> bool:
+            if not _policy_can_ask(gate, name):
+                # Nothing could make the policy ask: the tool body's gate call is the one
+                # judgement (were it to ask after all, it records the request and refuses).
+                return False
             call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
             return await asyncio.to_thread(_request_if_asked, gate, run_id, call)
 
@@ -549,6 +553,13 @@ def _as_edited(gate: Gate, run_id: str, call: ToolCall) -> tuple[ToolCall, str |
         f"{approval.approval_id} replaced by {edited.approval_id}); it ran as edited]"
     )
     return ToolCall(call_id=edited.call_id, tool=call.tool, arguments=dict(edited.arguments)), note
+
+
+def _policy_can_ask(gate: Gate, name: str) -> bool:
+    """Whether the gate's policy could ask about a call of tool ``name`` (``Policy.can_ask``);
+    no policy or an unknown tool is a refusal, never an ask."""
+    tool = gate.registry.find(name)
+    return gate.policy is not None and tool is not None and gate.policy.can_ask(tool.manifest)
 
 
 def _request_if_asked(gate: Gate, run_id: str, call: ToolCall) -> bool:

@@ -79,6 +79,13 @@ class Policy:
             f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
         )
 
+    def can_ask(self, manifest: Manifest) -> bool:
+        """Whether this policy could ask a human about some call of this tool: its rule or
+        tier asks, it is irreversible, a flow rule covers it, or screening raises a flagged
+        call to an ask (``on_injection``). False means no run's state and no arguments make
+        it ask, so an entrance that asks before it calls need not read the store to know."""
+        return self._may_ask(manifest) or self.on_injection is Verdict.ASK
+
     def _may_ask(self, manifest: Manifest) -> bool:
         rule = self.tools.get(manifest.name)
         verdict = rule.verdict if rule is not None and rule.verdict is not None else None
