@@ -4,6 +4,7 @@ process, on the same checkpointer, interleaved.
 
     .venv/bin/python bench/bench_adapters.py [--calls 200] [--rounds 10]
                                              [--synchronous FULL|NORMAL|both] [--profile]
+                                             [--frameworks langgraph,openai-agents,pydantic-ai]
                                              [--json]
 
 For each framework — LangGraph (a hand-built ``StateGraph`` with LangGraph's ``SqliteSaver``;
@@ -349,8 +350,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="tool calls per variant")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
+    # The choices as ``type`` gives them: argparse checks them after converting.
     parser.add_argument(
-        "--synchronous", choices=("FULL", "NORMAL", "both"), default="both", type=str.upper
+        "--synchronous", choices=("FULL", "NORMAL", "BOTH"), default="BOTH", type=str.upper
+    )
+    parser.add_argument(
+        "--frameworks",
+        default=",".join(FRAMEWORKS),
+        help=f"comma-separated, of {', '.join(FRAMEWORKS)} (default: all)",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile each governed agent")
     parser.add_argument("--json", action="store_true")
@@ -358,6 +365,12 @@ def main() -> None:
     if args.calls < 2 * args.rounds:
         parser.error(f"--calls must be at least twice --rounds ({2 * args.rounds})")
     modes: Sequence[str] = ("FULL", "NORMAL") if args.synchronous == "BOTH" else (args.synchronous,)
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
+    if unknown:
+        parser.error(
+            f"unknown --frameworks {', '.join(unknown)}; choose of {', '.join(FRAMEWORKS)}"
+        )
     results: dict[str, Any] = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "python": platform.python_version(),
@@ -372,13 +385,13 @@ def main() -> None:
         saver = SqliteSaver(connection)
         rows = []
         for mode in modes:
-            for framework in FRAMEWORKS:
+            for framework in frameworks:
                 plain, governed = variants(framework, tmp, mode, saver)
                 rows.append(compare(framework, mode, plain, governed, args.calls, args.rounds))
                 governed.close()
         results["adapters"] = rows
         if args.profile:
-            for framework in FRAMEWORKS:
+            for framework in frameworks:
                 profiles[framework] = profile(framework, tmp, saver, args.calls, args.rounds)
         connection.close()
     if args.json:

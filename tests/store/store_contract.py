@@ -120,6 +120,26 @@ class StoreContract:
             current = tx.get_run("run-1")
         assert current is not None and current.state_version == 2
 
+    def test_write_checkpoint_is_compare_and_swap_of_checkpoint_and_time(
+        self, store: Store
+    ) -> None:
+        with store.transaction() as tx:
+            tx.insert_run(run_record())
+        with store.transaction() as tx:
+            read = tx.get_run("run-1")
+            assert read is not None
+            new = tx.write_checkpoint(read, '{"n":2}', 99.5)
+        assert (new.state_version, new.checkpoint_json, new.updated_at) == (2, '{"n":2}', 99.5)
+        with store.read() as tx:
+            assert tx.get_run("run-1") == new
+        with (
+            pytest.raises(StaleState, match="expected version 1, found 2"),
+            store.transaction() as tx,
+        ):
+            tx.write_checkpoint(run_record(), "{}", 100.0)
+        with store.read() as tx:
+            assert tx.get_run("run-1") == new
+
     # -- effects -------------------------------------------------------------------------------
     def test_effect_insert_and_get(self, store: Store) -> None:
         with store.transaction() as tx:

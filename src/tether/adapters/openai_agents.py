@@ -74,7 +74,7 @@ from tether.errors import (
     RunStateError,
     TetherError,
 )
-from tether.gate.answer import Refused, Unsettled, Waiting, answer
+from tether.gate.answer import Answer, Refused, Unsettled, Waiting, answer
 from tether.gate.pipeline import Gate, ToolCall
 from tether.tools.tenancy import fill_tenant
 
@@ -234,6 +234,10 @@ class Governed:
         async def needs_approval(
             _context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
         ) -> bool:
+            if not _policy_can_ask(gate, name):
+                # Nothing could make the policy ask: the tool body's gate call is the one
+                # judgement (were it to ask after all, it records the request and refuses).
+                return False
             call = ToolCall(call_id=call_id, tool=name, arguments=arguments)
             return await asyncio.to_thread(_request_if_asked, gate, run_id, call)
 
@@ -244,18 +248,24 @@ class Governed:
                 return f"tether refused {name}: its arguments are not JSON ({e}); nothing ran"
             if not isinstance(arguments, dict):
                 return f"tether refused {name}: its arguments are not a JSON object; nothing ran"
-            call = ToolCall(call_id=context.tool_call_id, tool=name, arguments=arguments)
-            # An approver's edit in tether replaced this call with another (its own call id
-            # and grant): what runs is the edited call with tether's arguments, never the
-            # ones in the client's state.
-            call, note = await asyncio.to_thread(_as_edited, gate, run_id, call)
-            manifest = gate.registry.get(name).manifest
-            key = operation_key(run_id, call.call_id, name, manifest.version)
-            ACTIVE[key] = Invocation(name, original, context, asyncio.get_running_loop())
-            try:
-                got = await asyncio.to_thread(answer, lambda: gate.call(run_id, call))
-            finally:
-                ACTIVE.pop(key, None)
+            proposed = ToolCall(call_id=context.tool_call_id, tool=name, arguments=arguments)
+            loop = asyncio.get_running_loop()
+
+            def through_gate() -> tuple[Answer, str | None]:
+                # One hop to a worker thread for both reads and the call. An approver's edit
+                # in tether replaced this call with another (its own call id and grant):
+                # what runs is the edited call with tether's arguments, never the ones in
+                # the client's state.
+                call, note = _as_edited(gate, run_id, proposed)
+                manifest = gate.registry.get(name).manifest
+                key = operation_key(run_id, call.call_id, name, manifest.version)
+                ACTIVE[key] = Invocation(name, original, context, loop)
+                try:
+                    return answer(lambda: gate.call(run_id, call)), note
+                finally:
+                    ACTIVE.pop(key, None)
+
+            got, note = await asyncio.to_thread(through_gate)
             if isinstance(got, Waiting):
                 # The client's state said "approved" but tether holds no grant for this call.
                 return (
@@ -543,6 +553,13 @@ def _as_edited(gate: Gate, run_id: str, call: ToolCall) -> tuple[ToolCall, str |
         f"{approval.approval_id} replaced by {edited.approval_id}); it ran as edited]"
     )
     return ToolCall(call_id=edited.call_id, tool=call.tool, arguments=dict(edited.arguments)), note
+
+
+def _policy_can_ask(gate: Gate, name: str) -> bool:
+    """Whether the gate's policy could ask about a call of tool ``name`` (``Policy.can_ask``);
+    no policy or an unknown tool is a refusal, never an ask."""
+    tool = gate.registry.find(name)
+    return gate.policy is not None and tool is not None and gate.policy.can_ask(tool.manifest)
 
 
 def _request_if_asked(gate: Gate, run_id: str, call: ToolCall) -> bool:

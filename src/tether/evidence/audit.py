@@ -125,6 +125,12 @@ def make_entry(
     return entry
 
 
+def _string_json(value: Any) -> str:
+    """``canonical_json`` of a string, without the encoder's machinery (anything else goes
+    through it)."""
+    return encode_basestring(value) if type(value) is str else canonical_json(value)
+
+
 def entry_body(
     *,
     chain: str,
@@ -147,22 +153,24 @@ def entry_body(
     t = round(at, 6)
     at_text = float.__repr__(t) if type(t) is float and isfinite(t) else canonical_json(t)
     marks = sorted(set(redactions))
+    # A string is encoded by the function the canonical encoder itself calls for strings.
+    text = _string_json
     return "".join(
         (
             '{"actor":',
-            "null" if actor is None else canonical_json(actor),
+            "null" if actor is None else text(actor),
             ',"at":',
             at_text,
             "" if chain == MAIN else ',"chain":' + canonical_json(chain),
             ',"data":',
             canonical_json(data if type(data) is dict else dict(data)),
             ',"kind":',
-            canonical_json(kind),
+            text(kind),
             ',"redactions":',
             canonical_json(marks) if marks else "[]",
             ',"rows":' + canonical_json(rows if type(rows) is dict else dict(rows)) if rows else "",
             ',"run_id":',
-            "null" if run_id is None else canonical_json(run_id),
+            "null" if run_id is None else text(run_id),
             ',"seq":',
             str(seq),
             "}",

@@ -49,4 +49,5 @@ def apply(tx: Tx, run_id: str, now: float, writes: tuple[Write, ...]) -> None:
             else:
                 tx.update_approval(write.approval, write.expected)
         else:
-            tx.update_run(write.record, checkpoint_json=write.checkpoint_json, updated_at=now)
+            # The record as read in this transaction: only its checkpoint and time change.
+            tx.write_checkpoint(write.record, write.checkpoint_json, now)

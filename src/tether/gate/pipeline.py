@@ -95,19 +95,7 @@ class Gate:
         clock: Clock = time.time,
     ) -> None:
         if policy is not None:
-            unknown = policy.unknown_names(registry.manifests())
-            if unknown:
-                raise ConfigurationError(
-                    f"policy {policy.version}: " + "; ".join(unknown) + ". Fix the name, "
-                    "or register the tool before building the gate"
-                )
-            unanswerable = policy.asks_without_approvers(registry.manifests())
-            if unanswerable:
-                raise ConfigurationError(
-                    f"policy {policy.version} would ask for approval of "
-                    f"{', '.join(unanswerable)} but names no approver; add approvers or make "
-                    "those calls allow or deny"
-                )
+            policy.check_against(registry.manifests())
         self.registry = registry
         self.policy = policy
         self.store = store
@@ -454,8 +442,17 @@ class Gate:
         """Judge ``call`` without running it, for frameworks that ask before they call: if
         the gate would ask a human, record the request exactly as ``call`` would and return
         its signal; on any other verdict (allow, a grant to use, a replay, a refusal) write
-        nothing and return None — ``call`` acts on it when the framework calls the tool."""
+        nothing and return None — ``call`` acts on it when the framework calls the tool.
+
+        Judged first in a read transaction (no write lock, nothing to commit): the common
+        answer, "it would not ask", writes nothing. Only an ask is judged again in a write
+        transaction, which records the request from what it reads itself (another writer may
+        have recorded it, or a decision, in between)."""
         now = self.clock()
+        with self.store.read() as tx:
+            plan, _ = self._plan(tx, run_id, call, now)
+        if not isinstance(plan, Ask):
+            return None
         with self.store.transaction() as tx:
             plan, _ = self._plan(tx, run_id, call, now)
             if not isinstance(plan, Ask):
@@ -492,7 +489,7 @@ class Gate:
                         else state.budget.add_bytes(done.added_bytes)
                     )
                     after = checkpoint(state, budget, run_id=effect.run_id, seals=self.store.keys)
-                    tx.update_run(record, checkpoint_json=after, updated_at=done.at)
+                    tx.write_checkpoint(record, after, done.at)
                 tx.append_audit(
                     "tool_effect_resolved",
                     at=done.at,

@@ -251,10 +251,12 @@ def plan_call(
     effects = state.effects
     if isinstance(judged, Admit) and judged.fresh:
         effects = (effects if effects is not None else view.effect_count) + 1
-    # The step counts whatever the verdict; one write of the run per transaction.
+    # The step counts whatever the verdict; one write of the run per transaction. It goes
+    # first: its compare-and-swap is then answered with the reads before the audit entry
+    # (one round trip on a pipelined store), and no entry records a run row anyway.
     after = checkpoint(state, _budget_after(judged, budget), effects, run_id=run_id, seals=seals)
     run_write = RunWrite(record, after)
-    return _with_writes(judged, (*judged.writes, run_write))
+    return _with_writes(judged, (run_write, *judged.writes))
 
 
 def _judge(

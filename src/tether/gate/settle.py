@@ -62,9 +62,18 @@ def settle(
         detail = _safe_error(error, admitted.secrets)
         failure = ToolFailed(tool.name, effect.operation_key, error, detail=detail)
         failure.__cause__ = error
-    value, reference, problem = _recordable(raw) if failure is None else (None, None, None)
+    value, text, reference, problem = (
+        _recordable(raw) if failure is None else (None, "null", None, None)
+    )
     safe_value, result_redactions = redact(value, tool.manifest.sensitive_fields)
-    result_json = canonical_json(safe_value) if target is EffectStatus.COMMITTED else None
+    if target is not EffectStatus.COMMITTED:
+        result_json = None
+    elif result_redactions:
+        result_json = canonical_json(safe_value)
+    else:
+        # Nothing was redacted: ``redact`` gave back a copy equal to the value, so the text
+        # made while checking it is the record (encoded once).
+        result_json = text
     screened = screen_result(
         safe_value if isinstance(safe_value, str) or result_json is None else result_json,
         tool.manifest.max_result_bytes,
@@ -137,9 +146,10 @@ def _unwrap(raw: Any) -> tuple[Any, str | None]:
     return raw, None
 
 
-def _recordable(raw: Any) -> tuple[Any, str | None, str | None]:
+def _recordable(raw: Any) -> tuple[Any, str, str | None, str | None]:
     """The tool's answer as JSON (pydantic models, dataclasses, datetimes, enums, sets...),
-    its external reference, and why it could not be kept, if it could not. The call has
+    its canonical JSON text, its external reference, and why it could not be kept, if it
+    could not. The call has
     happened either way, so an answer that is not JSON becomes a recorded note, never an
     exception that would leave the effect ``dispatched`` and make a retry look like a
     timeout."""
@@ -151,13 +161,15 @@ def _recordable(raw: Any) -> tuple[Any, str | None, str | None]:
             value = pydantic_core.to_jsonable_python(value)
         # NaN, infinities, cycles, huge integers and lone surrogates fail here, not in the
         # store after the tool has run.
-        canonical_json(value).encode("utf-8")
+        text = canonical_json(value)
+        text.encode("utf-8")
         if reference is not None and not isinstance(reference, str):
             reference = str(reference)
-        return value, reference, None
+        return value, text, reference, None
     except Exception as e:
         problem = f"result could not be recorded as JSON ({type(e).__name__}: {e})"[:500]
-        return {"error": "result_not_json", "detail": problem}, None, problem
+        note = {"error": "result_not_json", "detail": problem}
+        return note, canonical_json(note), None, problem
 
 
 def _safe_error(error: BaseException, secrets: tuple[str, ...]) -> str:

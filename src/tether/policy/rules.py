@@ -79,6 +79,25 @@ class Policy:
             f"tool {m.name}" for m in tools if self._may_ask(m) and not self.approvers_for(m.name)
         )
 
+    def check_against(self, tools: Iterable[Manifest]) -> None:
+        """Refuse this policy for a gate over these tools: a rule naming what the registry
+        does not have (``unknown_names``), or a call it would ask about with no one named to
+        answer (``asks_without_approvers``)."""
+        manifests = list(tools)
+        unknown = self.unknown_names(manifests)
+        if unknown:
+            raise ConfigurationError(
+                f"policy {self.version}: " + "; ".join(unknown) + ". Fix the name, "
+                "or register the tool before building the gate"
+            )
+        unanswerable = self.asks_without_approvers(manifests)
+        if unanswerable:
+            raise ConfigurationError(
+                f"policy {self.version} would ask for approval of "
+                f"{', '.join(unanswerable)} but names no approver; add approvers or make "
+                "those calls allow or deny"
+            )
+
     def unknown_names(self, tools: Iterable[Manifest]) -> list[str]:
         """What this policy names that the registry does not have: tool tables, flow rules
         and tool lists for tools it lacks, constraints on arguments a tool's schema does not
@@ -124,6 +143,13 @@ class Policy:
                         f"tool {name} does not take" + hint(c.argument, declared)
                     )
         return found
+
+    def can_ask(self, manifest: Manifest) -> bool:
+        """Whether this policy could ask a human about some call of this tool: its rule or
+        tier asks, it is irreversible, a flow rule covers it, or screening raises a flagged
+        call to an ask (``on_injection``). False means no run's state and no arguments make
+        it ask, so an entrance that asks before it calls need not read the store to know."""
+        return self._may_ask(manifest) or self.on_injection is Verdict.ASK
 
     def _may_ask(self, manifest: Manifest) -> bool:
         rule = self.tools.get(manifest.name)

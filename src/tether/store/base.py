@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import abc
 import collections
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from tether.core.approvals import REQUEST_SEAL, Approval, ApprovalStatus, request_payload
-from tether.core.digest import canonical_json, sha256_hex
+from tether.core.digest import canonical_json, evolve, sha256_hex
 from tether.core.ledger import Effect, EffectStatus
 from tether.core.lifecycle import MODEL_RETRY_AFTER_S, RunStatus
 from tether.errors import (
@@ -50,6 +50,7 @@ from tether.evidence.crosscheck import (
     EFFECT,
     RUN,
     Evidence,
+    approval_cells,
     approval_digest,
     effect_digest,
     row_digest,
@@ -61,6 +62,15 @@ from tether.store.rows import CallView, CredentialRecord, NotificationRecord, Ru
 from tether.telemetry.state import count_verification
 
 
+class Pending(Protocol):
+    """A write sent but not yet answered: whether it changed its row, asked when needed."""
+
+    def ok(self) -> bool: ...
+
+
+Failure = BaseException | Callable[[], BaseException]  # what a write that lost raises
+
+
 class Tx(abc.ABC):
     """One open transaction. Public methods enforce the contract; backends fill in the rest."""
 
@@ -68,6 +78,24 @@ class Tx(abc.ABC):
         self.keys = keys
         # Digests of the rows written since the last audit entry: the next entry records them.
         self._touched: dict[str, str] = {}
+        # Writes a pipelined backend answers later (``Pending``), with what they raise if
+        # they did not change their row: all are checked before the commit.
+        self._pending: list[tuple[Pending, Failure]] = []
+
+    def _expect(self, done: bool | Pending, fail: Failure) -> None:
+        """Raise ``fail`` (or what calling it raises) unless the write changed its row; a
+        ``Pending`` one (PostgreSQL's pipeline) is checked by ``check_writes``."""
+        if done is False:
+            raise fail if isinstance(fail, BaseException) else fail()
+        if done is not True:
+            self._pending.append((done, fail))
+
+    def check_writes(self) -> None:
+        """Raise for the first pending write that did not change its row: the store calls
+        this before it commits, so nothing commits unless every write took effect."""
+        pending, self._pending = self._pending, []
+        for done, fail in pending:
+            self._expect(done.ok(), fail)
 
     # -- runs --------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -116,11 +144,26 @@ class Tx(abc.ABC):
         ``run.state_version``; bump it (I6)."""
         new = replace(run, state_version=run.state_version + 1, **changes)
         if not self._cas_run(new, run.state_version):
-            current = self.get_run(run.run_id)
-            raise StaleState(
-                run.run_id, run.state_version, None if current is None else current.state_version
-            )
+            raise self._stale(run)
         return new
+
+    def write_checkpoint(
+        self, run: RunRecord, checkpoint_json: str, updated_at: float
+    ) -> RunRecord:
+        """``update_run(run, checkpoint_json=..., updated_at=...)`` for a ``run`` exactly as
+        read in this transaction (the gate's step): only those two columns and the version
+        are written, so the columns it did not change (an indexed status) cost no write."""
+        version = run.state_version + 1
+        new = evolve(
+            run, state_version=version, checkpoint_json=checkpoint_json, updated_at=updated_at
+        )
+        self._expect(self._cas_checkpoint(new, run.state_version), lambda: self._stale(run))
+        return new
+
+    def _stale(self, run: RunRecord) -> StaleState:
+        current = self.get_run(run.run_id)
+        found = None if current is None else current.state_version
+        return StaleState(run.run_id, run.state_version, found)
 
     # -- a run's conversation and steps: one small row each, never the whole history again ----
     def append_message(self, run_id: str, seq: int, body: str) -> None:
@@ -158,19 +201,20 @@ class Tx(abc.ABC):
     def get_effect(self, operation_key: str) -> Effect | None: ...
 
     def insert_effect(self, effect: Effect) -> None:
-        if not self._insert_effect(effect):
-            raise OperationConflict(effect.operation_key)
-        self._touched[EFFECT + effect.operation_key] = effect_digest(effect)
+        # The row's cells made once: written, and digested for the next audit entry.
+        cells = effect.row()
+        self._expect(self._insert_effect(effect, cells), OperationConflict(effect.operation_key))
+        self._touched[EFFECT + effect.operation_key] = row_digest(cells)
 
     def update_effect(self, effect: Effect, expected: EffectStatus) -> None:
-        if not self._cas_effect(effect, expected):
-            current = self.get_effect(effect.operation_key)
-            raise InvalidTransition(
-                effect.operation_key,
-                "missing" if current is None else current.status.value,
-                effect.status.value,
-            )
-        self._touched[EFFECT + effect.operation_key] = effect_digest(effect)
+        cells = effect.row()
+        self._expect(self._cas_effect(effect, expected, cells), lambda: self._invalid(effect))
+        self._touched[EFFECT + effect.operation_key] = row_digest(cells)
+
+    def _invalid(self, effect: Effect) -> InvalidTransition:
+        current = self.get_effect(effect.operation_key)
+        was = "missing" if current is None else current.status.value
+        return InvalidTransition(effect.operation_key, was, effect.status.value)
 
     @abc.abstractmethod
     def effect_for_call(self, run_id: str, call_id: str) -> Effect | None:
@@ -244,18 +288,21 @@ class Tx(abc.ABC):
         if approval.request_seal is None:
             seal = self.keys.seal(REQUEST_SEAL, request_payload(approval))
             approval = replace(approval, request_seal=seal)
-        if not self._insert_approval(approval):
+        # The record encoded once: its text is the row's, and the row's digest covers it.
+        cells = approval_cells(approval)
+        if not self._insert_approval(approval, cells):
             raise AlreadyExists(f"approval {approval.approval_id} already exists")
-        self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
+        self._touched[APPROVAL + approval.approval_id] = row_digest(cells)
         return approval
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
-        if not self._cas_approval(approval, expected):
-            raise StoreError(
-                f"approval {approval.approval_id} changed while it was being decided; "
-                "list it again and retry"
-            )
-        self._touched[APPROVAL + approval.approval_id] = approval_digest(approval)
+        cells = approval_cells(approval)
+        changed = StoreError(
+            f"approval {approval.approval_id} changed while it was being decided; "
+            "list it again and retry"
+        )
+        self._expect(self._cas_approval(approval, expected, cells), changed)
+        self._touched[APPROVAL + approval.approval_id] = row_digest(cells)
 
     # -- the notification outbox -------------------------------------------------------------
     def enqueue_notification(self, notification: NotificationRecord) -> None:
@@ -353,6 +400,11 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool: ...
 
+    def _cas_checkpoint(self, run: RunRecord, expected_version: int) -> bool | Pending:
+        """``_cas_run`` where only the checkpoint and the time changed: a backend may write
+        just those columns and the version."""
+        return self._cas_run(run, expected_version)
+
     @abc.abstractmethod
     def _renew_lease(self, run_id: str, owner: str, until: float) -> bool: ...
 
@@ -368,17 +420,23 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def _insert_input(self, run_id: str, seq: int, source: str, body: str, at: float) -> bool: ...
 
+    # ``cells`` is the record as its row (``effect_cells`` / ``approval_cells``), made once by
+    # the caller, which digests the same cells: a SQL backend writes them as they are.
     @abc.abstractmethod
-    def _insert_effect(self, effect: Effect) -> bool: ...
+    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool | Pending: ...
 
     @abc.abstractmethod
-    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool: ...
+    def _cas_effect(
+        self, effect: Effect, expected: EffectStatus, cells: tuple[Any, ...]
+    ) -> bool | Pending: ...
 
     @abc.abstractmethod
-    def _insert_approval(self, approval: Approval) -> bool: ...
+    def _insert_approval(self, approval: Approval, cells: tuple[Any, ...]) -> bool: ...
 
     @abc.abstractmethod
-    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool: ...
+    def _cas_approval(
+        self, approval: Approval, expected: ApprovalStatus, cells: tuple[Any, ...]
+    ) -> bool | Pending: ...
 
     @abc.abstractmethod
     def _insert_meta(self, key: str, value: str) -> bool: ...
@@ -505,14 +563,12 @@ class Store(abc.ABC):
 
     @property
     def sealing_keys(self) -> AuditKeys | None:
-        """The keys to check rows' seals with while verifying; None for a ring that holds
-        only a public key (``audit verify --public-key``), which checks no MACs either."""
+        """The keys to check rows' seals with; None for a public key alone (checks no MAC)."""
         return self.keys if self.keys.key_ids else None
 
     def verify_audit(self) -> AuditReport:
-        """Verify the chains and their MACs, then check the state against the log, in one
-        pass over the log. Raises ``AuditKeyMissing`` if there is a log but no key to check
-        it with."""
+        """Verify the chains and their MACs, then the state against the log, in one pass;
+        ``AuditKeyMissing`` if there is a log but no key to check it with."""
         with self.evidence() as evidence:
             report = verify_evidence(evidence, self.keys)
         count_verification(report.intact)  # for /metrics and the OpenTelemetry counter

@@ -165,7 +165,7 @@ class MemoryTx(Tx):
     def count_effects(self, run_id: str) -> int:
         return self.t.effect_count.get(run_id, 0)
 
-    def _insert_effect(self, effect: Effect) -> bool:
+    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool:
         call = (effect.run_id, effect.call_id)
         if effect.operation_key in self.t.effects or call in self.t.effect_by_call:
             return False
@@ -209,14 +209,14 @@ class MemoryTx(Tx):
         self.t.put(self.t.credentials, credential.credential_id, credential, self.undo)
         return True
 
-    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
+    def _cas_effect(self, effect: Effect, expected: EffectStatus, cells: tuple[Any, ...]) -> bool:
         current = self.t.effects.get(effect.operation_key)
         if current is None or current.status is not expected:
             return False
         self.t.put(self.t.effects, effect.operation_key, effect, self.undo)
         return True
 
-    def _insert_approval(self, approval: Approval) -> bool:
+    def _insert_approval(self, approval: Approval, cells: tuple[Any, ...]) -> bool:
         if approval.approval_id in self.t.approvals:
             return False
         self.t.put(self.t.approvals, approval.approval_id, approval, self.undo)
@@ -225,7 +225,9 @@ class MemoryTx(Tx):
         self.t.put(self.t.by_call, key, ids, self.undo)
         return True
 
-    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
+    def _cas_approval(
+        self, approval: Approval, expected: ApprovalStatus, cells: tuple[Any, ...]
+    ) -> bool:
         current = self.t.approvals.get(approval.approval_id)
         if current is None or current.status is not expected:
             return False

@@ -26,6 +26,7 @@ each a short SQL statement.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import re
@@ -47,13 +48,14 @@ from tether.evidence.audit import GENESIS, GLOBAL, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys, config_key_path
 from tether.extras import missing
 from tether.store import migrations
-from tether.store.base import Tx
+from tether.store.base import Pending, Tx
 from tether.store.rows import RunRecord
 from tether.store.sql import CLAIMABLE, RUN_COLUMNS, SQLStore, SQLTx
 
 try:
     import psycopg
     import psycopg_pool
+    from psycopg.pq import TransactionStatus
 except ModuleNotFoundError as e:  # tests/cli/test_extras.py runs without it
     raise missing("postgres", "the PostgreSQL store", e) from None
 
@@ -237,13 +239,44 @@ if _POOL_LOG.level == logging.NOTSET:
     _POOL_LOG.setLevel(logging.CRITICAL)
 
 
+class _Returned:
+    """A pipelined write's answer, read when asked (``Tx.check_writes``): whether it
+    changed its one row (it says ``RETURNING 1``)."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def ok(self) -> bool:
+        return len(self.cursor.fetchall()) == 1
+
+
 class PostgresTx(SQLTx):
+    """Row locks where they matter, and one audit chain per run.
+
+    In a pipelined transaction (``PostgresStore._tx``) the gate's writes are sent without
+    waiting for each: their row counts come back with the next read, and are checked before
+    the commit (``Tx.check_writes``)."""
+
     EFFECT_ORDER = "operation_key"  # no rowid; created_at ties are rare, and any order will do
-
-    """Row locks where they matter, and one audit chain per run."""
-
     MARK = "%s"
     APPROVAL_ORDER = "seq"
+
+    def __init__(self, conn: Any, keys: AuditKeys, *, pipelined: bool = False) -> None:
+        super().__init__(conn, keys)
+        self.pipelined = pipelined
+
+    def _changed(self, sql: str, params: tuple[Any, ...]) -> bool:
+        if not self.pipelined:
+            return super()._changed(sql, params)
+        # A pipelined cursor has no row count until its answer is read: asked for a row.
+        return _Returned(self._x(sql + " RETURNING 1", params)).ok()
+
+    def _changed_later(self, sql: str, params: tuple[Any, ...]) -> bool | Pending:
+        if not self.pipelined:
+            return super()._changed(sql, params)
+        return _Returned(self._x(sql + " RETURNING 1", params))
 
     def audit_chain(self, run_id: str | None) -> str:
         return run_id if run_id is not None else GLOBAL
@@ -316,6 +349,47 @@ class PostgresTx(SQLTx):
     def lock_setup(self) -> None:
         # Workers starting at once on a new store: one adopts its key, the others wait.
         self.c.execute("SELECT pg_advisory_xact_lock(hashtext('tether-audit-key'))")
+
+
+# libpq 14 and later: a transaction's statements go out without waiting for each answer.
+PIPELINE = psycopg.Pipeline.is_supported()
+
+
+@contextmanager
+def _pipelined(conn: psycopg.Connection[Any], keys: AuditKeys) -> Iterator[PostgresTx]:
+    """One transaction in pipeline mode: BEGIN goes out with the first statement, writes go
+    out without waiting, and the server answers at each read, at the writes' check and at
+    the commit. The gate's approved call costs five round trips (a read, the writes with
+    the audit head, the commit; then the outcome with the head, and the commit) instead of
+    fifteen. BEGIN and COMMIT are sent as statements (autocommit, for the transaction's
+    length) so that neither waits for an answer of its own.
+
+    What the invariants ask stays so: the audit entry is written in the transaction of the
+    change it records (I4); every compare-and-swap is checked before COMMIT is sent, and one
+    that lost raises and rolls the whole transaction back (I6, ``Tx.check_writes``); and
+    ``Gate.call`` returns from the first transaction only after the server has answered
+    its COMMIT, so ``dispatched`` is durable before the tool runs (I1)."""
+    conn.autocommit = True
+    try:
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                tx = PostgresTx(conn, keys, pipelined=True)
+                yield tx
+                tx.check_writes()
+                conn.execute("COMMIT")
+        finally:
+            # An error anywhere (a statement the server refused, a write that lost, the
+            # caller's exception) leaves the transaction open or failed: roll it back, out
+            # of the pipeline, so the connection goes back to the pool clean.
+            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                # A server gone mid-way fails this too: the error that got here is the one
+                # to report, and the pool discards a connection it cannot reset.
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+    finally:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.autocommit = False
 
 
 def safe_url(url: str) -> str:
@@ -464,8 +538,13 @@ class PostgresStore(SQLStore):
     @contextmanager
     def _tx(self) -> Iterator[Tx]:
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                yield PostgresTx(conn, self.keys)
+            with self._pool.connection() as conn:
+                if not PIPELINE:
+                    with conn.transaction():
+                        yield PostgresTx(conn, self.keys)
+                    return
+                with _pipelined(conn, self.keys) as tx:
+                    yield tx
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
             raise StoreError(f"PostgreSQL transaction failed: {_one_line(e)}") from e
 

@@ -17,7 +17,6 @@ from functools import cache
 from typing import Any
 
 from tether.core.approvals import Approval, ApprovalStatus
-from tether.core.digest import canonical_json
 from tether.core.ledger import Effect, EffectStatus
 from tether.core.lifecycle import MODEL_RETRY_AFTER_S
 from tether.core.records import Record, shape
@@ -30,13 +29,11 @@ from tether.evidence.crosscheck import (
     EFFECT_COLUMNS,
     RUN,
     Evidence,
-    approval_cells,
-    effect_cells,
     row_digest,
     run_value,
 )
 from tether.evidence.keys import AuditKeys
-from tether.store.base import Store, Tx
+from tether.store.base import Pending, Store, Tx
 from tether.store.rows import CallView, CredentialRecord, NotificationRecord, RunRecord, StepRecord
 
 RUN_COLUMNS = RunRecord.columns()
@@ -84,6 +81,16 @@ CAS_NOTIFICATION = (
     "WHERE notification_id = ? AND attempts = ?"
 )
 RUN_WIDTH, EFFECT_WIDTH = len(shape(RunRecord).names), len(shape(Effect).names)
+# Where an update's cells sit in the row: ``CAS_EFFECT`` takes them from the row made once.
+EFFECT_CHANGING = tuple(shape(Effect).names.index(n) for n in Effect.changing_columns())
+
+
+# The gate's write of a run: its checkpoint and time (``Tx.write_checkpoint``). The status is
+# not written back unchanged, which would still rewrite its index entry.
+CAS_CHECKPOINT = (
+    "UPDATE agent_runs SET state_version = ?, checkpoint_json = ?, updated_at = ? "
+    "WHERE run_id = ? AND state_version = ?"
+)
 
 
 @cache
@@ -304,6 +311,11 @@ class SQLTx(Tx):
     def _changed(self, sql: str, params: tuple[Any, ...]) -> bool:
         return bool(self._x(sql, params).rowcount == 1)
 
+    def _changed_later(self, sql: str, params: tuple[Any, ...]) -> bool | Pending:
+        """``_changed`` for the gate's writes, whose failure only raises: a backend that
+        pipelines them answers later (``Tx.check_writes``)."""
+        return self._changed(sql, params)
+
     # -- reads -------------------------------------------------------------------------------
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._one(f"SELECT {RUN_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,))
@@ -450,22 +462,35 @@ class SQLTx(Tx):
     def _cas_run(self, run: RunRecord, expected_version: int) -> bool:
         return self._changed(CAS_RUN, (*run.changing_cells(), run.run_id, expected_version))
 
+    def _cas_checkpoint(self, run: RunRecord, expected_version: int) -> bool | Pending:
+        return self._changed_later(
+            CAS_CHECKPOINT,
+            (
+                run.state_version,
+                run.checkpoint_json,
+                float(run.updated_at),
+                run.run_id,
+                expected_version,
+            ),
+        )
+
     def _renew_lease(self, run_id: str, owner: str, until: float) -> bool:
         return self._changed(
             "UPDATE agent_runs SET lease_expires_at = ? WHERE run_id = ? AND lease_owner = ?",
             (until, run_id, owner),
         )
 
-    def _insert_effect(self, effect: Effect) -> bool:
-        return self._changed(INSERT_EFFECT, effect_cells(effect))
+    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool | Pending:
+        return self._changed_later(INSERT_EFFECT, cells)
 
-    def _cas_effect(self, effect: Effect, expected: EffectStatus) -> bool:
-        return self._changed(
-            CAS_EFFECT, (*effect.changing_cells(), effect.operation_key, expected.value)
-        )
+    def _cas_effect(
+        self, effect: Effect, expected: EffectStatus, cells: tuple[Any, ...]
+    ) -> bool | Pending:
+        changing = tuple(cells[i] for i in EFFECT_CHANGING)
+        return self._changed_later(CAS_EFFECT, (*changing, effect.operation_key, expected.value))
 
-    def _insert_approval(self, approval: Approval) -> bool:
-        return self._changed(INSERT_APPROVAL, approval_cells(approval))
+    def _insert_approval(self, approval: Approval, cells: tuple[Any, ...]) -> bool:
+        return self._changed(INSERT_APPROVAL, cells)
 
     def get_notification(self, notification_id: str) -> NotificationRecord | None:
         row = self._one(
@@ -491,14 +516,12 @@ class SQLTx(Tx):
             CAS_NOTIFICATION, (*n.changing_cells(), n.notification_id, expected_attempts)
         )
 
-    def _cas_approval(self, approval: Approval, expected: ApprovalStatus) -> bool:
-        # Of the indexed columns only the status ever changes; the record carries the rest.
-        return self._changed(
+    def _cas_approval(
+        self, approval: Approval, expected: ApprovalStatus, cells: tuple[Any, ...]
+    ) -> bool | Pending:
+        # Of the indexed columns only the status ever changes; the record carries the rest
+        # (the last cell: its canonical JSON, encoded once by the caller).
+        return self._changed_later(
             "UPDATE approvals SET status = ?, record_json = ? WHERE approval_id = ? AND status = ?",
-            (
-                approval.status.value,
-                canonical_json(approval.to_dict()),
-                approval.approval_id,
-                expected.value,
-            ),
+            (approval.status.value, cells[-1], approval.approval_id, expected.value),
         )
