@@ -25,6 +25,7 @@ PROVIDED_BY = {
     "jinja2": "web",
     "multipart": "web",
     "python_multipart": "web",
+    "prometheus_client": "web",
     "langgraph": "langgraph",
     "langchain": "langgraph",
     "langchain_core": "langgraph",

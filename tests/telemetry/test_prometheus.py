@@ -90,12 +90,12 @@ def test_metrics_are_served_to_loopback_or_an_admin_and_parse(tmp_path: Path) ->
         log.close()
     lines = text.strip().splitlines()
     assert all(SAMPLE.match(line) for line in lines), [x for x in lines if not SAMPLE.match(x)]
-    assert 'tether_approvals_pending{tool="refund"} 1' in lines
-    assert 'tether_effects{tool="lookup",status="committed"} 1' in lines
-    assert 'tether_effects{tool="login",status="committed"} 1' in lines
-    assert "tether_approval_time_to_decision_seconds_count 0" in lines
+    assert 'tether_approvals_pending{tool="refund"} 1.0' in lines
+    assert 'tether_effects{status="committed",tool="lookup"} 1.0' in lines
+    assert 'tether_effects{status="committed",tool="login"} 1.0' in lines
+    assert "tether_approval_time_to_decision_seconds_count 0.0" in lines
     assert "# TYPE tether_approval_time_to_decision_seconds histogram" in lines
-    assert 'tether_effects_unknown{tool="hang"} 1' in lines
+    assert 'tether_effects_unknown{tool="hang"} 1.0' in lines
     assert "tth_" not in text and SECRET not in text
 
 

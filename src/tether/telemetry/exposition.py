@@ -1,90 +1,95 @@
-"""The Prometheus text exposition format (0.0.4) of tether's numbers, written by hand: the
-store's state (``tether.telemetry.state``) and this process's audit verifications. A few
-gauges and one histogram need no client library; ``tether serve`` answers ``/metrics`` with
-this text (``tether.web.metrics``)."""
+"""The Prometheus exposition of tether's numbers, through ``prometheus_client`` (the ``[web]``
+extra): the store's state (``tether.telemetry.state``) and this process's audit verifications,
+collected afresh at each scrape. ``tether serve`` answers ``/metrics`` with this text
+(``tether.web.metrics``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
+from tether.extras import missing
 from tether.telemetry.otel import DECISION_BUCKETS
 from tether.telemetry.state import StoreState
 
+try:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+except ModuleNotFoundError as e:  # pragma: no cover - exercised without the extra
+    raise missing("web", "tether's /metrics", e) from e
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
 __all__ = ["CONTENT_TYPE", "exposition"]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The text format every Prometheus-compatible scraper reads.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _Snapshot:
+    """A collector over numbers already read: the store's state and the verifications."""
 
+    def __init__(self, state: StoreState, verifications: Mapping[str, int]) -> None:
+        self.state, self.verifications = state, verifications
 
-def _sample(name: str, labels: Mapping[str, str], value: float) -> str:
-    inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-    number = repr(float(value)) if isinstance(value, float) else str(value)
-    return f"{name}{{{inner}}} {number}" if inner else f"{name} {number}"
-
-
-def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
+    def collect(self) -> Iterator[Metric]:
+        state = self.state
+        approvals = GaugeMetricFamily(
+            "tether_approvals",
+            "Approvals in the store by tool and status.",
+            labels=["tool", "status"],
+        )
+        for (tool, status), n in sorted(state.approvals.items()):
+            approvals.add_metric([tool, status], n)
+        yield approvals
+        pending = GaugeMetricFamily(
+            "tether_approvals_pending",
+            "Approvals waiting for a decision now, by tool.",
+            labels=["tool"],
+        )
+        for tool, n in state.pending().items():
+            pending.add_metric([tool], n)
+        yield pending
+        waits = sorted(state.waits)
+        buckets = [(repr(float(b)), sum(1 for w in waits if w <= b)) for b in DECISION_BUCKETS]
+        yield HistogramMetricFamily(
+            "tether_approval_time_to_decision_seconds",
+            "From an approval's request to its decision, over the approvals in the store.",
+            buckets=[*buckets, ("+Inf", len(waits))],
+            sum_value=float(sum(waits)),
+        )
+        effects = GaugeMetricFamily(
+            "tether_effects", "Effects in the ledger by tool and status.", labels=["tool", "status"]
+        )
+        for (tool, status), n in sorted(state.effects.items()):
+            effects.add_metric([tool, status], n)
+        yield effects
+        unknown = GaugeMetricFamily(
+            "tether_effects_unknown",
+            "Effects whose outcome is unknown now (to reconcile), by tool.",
+            labels=["tool"],
+        )
+        for tool, n in state.unknown().items():
+            unknown.add_metric([tool], n)
+        yield unknown
+        verified = CounterMetricFamily(
+            "tether_audit_verifications",
+            "Audit log verifications this process ran, by result.",
+            labels=["result"],
+        )
+        for result, n in sorted(self.verifications.items()):
+            verified.add_metric([result], n)
+        yield verified
 
 
 def exposition(state: StoreState, verifications: Mapping[str, int]) -> str:
-    lines: list[str] = []
-    lines += _family(
-        "tether_approvals",
-        "gauge",
-        "Approvals in the store by tool and status.",
-        (
-            _sample("tether_approvals", {"tool": t, "status": s}, n)
-            for (t, s), n in sorted(state.approvals.items())
-        ),
-    )
-    lines += _family(
-        "tether_approvals_pending",
-        "gauge",
-        "Approvals waiting for a decision now, by tool.",
-        (_sample("tether_approvals_pending", {"tool": t}, n) for t, n in state.pending().items()),
-    )
-    lines += _histogram(
-        "tether_approval_time_to_decision_seconds",
-        "From an approval's request to its decision, over the approvals in the store.",
-        state.waits,
-    )
-    lines += _family(
-        "tether_effects",
-        "gauge",
-        "Effects in the ledger by tool and status.",
-        (
-            _sample("tether_effects", {"tool": t, "status": s}, n)
-            for (t, s), n in sorted(state.effects.items())
-        ),
-    )
-    lines += _family(
-        "tether_effects_unknown",
-        "gauge",
-        "Effects whose outcome is unknown now (to reconcile), by tool.",
-        (_sample("tether_effects_unknown", {"tool": t}, n) for t, n in state.unknown().items()),
-    )
-    lines += _family(
-        "tether_audit_verifications_total",
-        "counter",
-        "Audit log verifications this process ran, by result.",
-        (
-            _sample("tether_audit_verifications_total", {"result": r}, n)
-            for r, n in sorted(verifications.items())
-        ),
-    )
-    return "\n".join(lines) + "\n"
-
-
-def _histogram(name: str, help_text: str, values: Iterable[float]) -> list[str]:
-    seen = sorted(values)
-    samples = []
-    for bound in DECISION_BUCKETS:
-        count = sum(1 for v in seen if v <= bound)
-        samples.append(_sample(f"{name}_bucket", {"le": repr(float(bound))}, count))
-    samples.append(_sample(f"{name}_bucket", {"le": "+Inf"}, len(seen)))
-    samples.append(_sample(f"{name}_sum", {}, float(sum(seen))))
-    samples.append(_sample(f"{name}_count", {}, len(seen)))
-    return _family(name, "histogram", help_text, samples)
+    """The text a scraper reads: every family above, from these numbers."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(state, verifications))
+    return generate_latest(registry).decode("utf-8")
