@@ -274,7 +274,9 @@ def _decided(store: Store, approval: Approval, as_json: bool, *, edited: str | N
         )
     if run is None:
         return
-    if approval.call_id.startswith("undo-"):
+    from tether.core.lifecycle import UNDO_PREFIX
+
+    if approval.call_id.startswith(UNDO_PREFIX):
         # An undo belongs to a rollback, which is re-run; resuming would not touch it.
         click.echo(f"continue the rollback with: tether runs rollback {run.run_id}")
         return

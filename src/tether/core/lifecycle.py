@@ -34,6 +34,10 @@ class RunStatus(StrEnum):
         return self in _FINISHED
 
 
+# The call id of a compensation: ``undo-`` and the call it undoes (``tether runs rollback``).
+# The only new calls a finished run still takes, since undoing is what happens after the end.
+UNDO_PREFIX = "undo-"
+
 # How long a worker leaves a run waiting for its model before it asks again.
 MODEL_RETRY_AFTER_S = 60.0
 

@@ -60,11 +60,10 @@ from tether.gate.plan import (
     Plan,
     Replay,
     ToolCall,
-    checkpoint,
     plan_call,
 )
 from tether.gate.settle import settle
-from tether.gate.state import RunState, new_id, sealed
+from tether.gate.state import RunState, checkpoint, new_id, sealed
 from tether.gate.traced import asked, planned, returned, traced_acall, traced_call
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Policy

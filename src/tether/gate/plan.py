@@ -12,7 +12,8 @@ grant is bound to the exact call) live is tested without a database
 The steps, in the order they run (DESIGN section 1):
 
 0. the run exists, its principal, limits and counters match their seals (``tether.core.runseal``;
-   a missing seal does not match), and it is not cancelled;
+   a missing seal does not match), it is not cancelled, and a finished run takes no new call
+   (its recorded calls replay, its rollback's undos run);
 1. the step budget (a refused step is audited but does not count);
 2. argument limits (depth, keys, numbers), before anything walks the arguments;
 3. resolve the tool (version, deprecation), fill the tenant, validate the arguments;
@@ -43,7 +44,7 @@ from tether.core.approvals import Approval, ApprovalStatus, CallBinding, grant_p
 from tether.core.budget import Budget
 from tether.core.digest import evolve
 from tether.core.ledger import Effect, EffectStatus, operation_key
-from tether.core.lifecycle import RunStatus
+from tether.core.lifecycle import UNDO_PREFIX, RunStatus
 from tether.core.runseal import Seals
 from tether.core.screening import (
     audited,
@@ -71,7 +72,7 @@ from tether.errors import (
     ToolFailed,
 )
 from tether.gate.desk import approval_audit
-from tether.gate.state import RunState, seal_problem_of, sealed_checkpoint
+from tether.gate.state import RunState, checkpoint, seal_problem_of
 from tether.policy.provenance import ProvenanceIndex
 from tether.policy.rules import Decision, Policy, decide
 from tether.store.rows import CallView, RunRecord
@@ -184,21 +185,6 @@ class Admit:
 Plan = Refuse | Replay | Ask | Admit
 
 
-def checkpoint(
-    state: RunState, budget: Budget, effects: int | None = None, *, run_id: str, seals: Seals
-) -> str:
-    """The run's checkpoint after a step: the new budget counters and effect count, sealed."""
-    after = RunState(
-        principal=state.principal,
-        budget=budget,
-        extra=state.extra,
-        effects=state.effects if effects is None else effects,
-        principal_seal=state.principal_seal,
-        cancelled=state.cancelled,
-    )
-    return sealed_checkpoint(after, run_id, seals)
-
-
 def plan_call(
     call: ToolCall,
     view: CallView,
@@ -230,13 +216,22 @@ def plan_call(
         return Refuse(error=edited, writes=())
     actor = state.principal.subject
     base: dict[str, Any] = {"call_id": call.call_id, "tool": call.tool}
+    stopped = None
     if record.status == RunStatus.CANCELLED or state.cancelled:
-        cancelled = RunStateError(
-            f"run {run_id} was cancelled; none of its calls is dispatched any more"
-        )
+        stopped = f"run {run_id} was cancelled; none of its calls is dispatched any more"
+    elif (
+        view.effect is None
+        and RunStatus(record.status).finished
+        and not call.call_id.startswith(UNDO_PREFIX)
+    ):
+        # A finished run's recorded calls still replay (a resumed graph reads them back) and
+        # its rollback's undos still run; anything new would act after the run said it was
+        # done, with nobody driving it to read the answer.
+        stopped = f"run {run_id} is {record.status}; it takes no new calls (start a new run)"
+    if stopped is not None:
+        refused = RunStateError(stopped)
         return Refuse(
-            error=cancelled,
-            writes=(AuditWrite("call_refused", {**base, "error": str(cancelled)}, actor),),
+            error=refused, writes=(AuditWrite("call_refused", {**base, "error": stopped}, actor),)
         )
     try:
         budget = state.budget.step(call.tool)

@@ -132,6 +132,21 @@ def sealed_checkpoint(state: RunState, run_id: str, seals: Seals) -> str:
     return text
 
 
+def checkpoint(
+    state: RunState, budget: Budget, effects: int | None = None, *, run_id: str, seals: Seals
+) -> str:
+    """The run's checkpoint after a step: the new budget counters and effect count, sealed."""
+    after = RunState(
+        principal=state.principal,
+        budget=budget,
+        extra=state.extra,
+        effects=state.effects if effects is None else effects,
+        principal_seal=state.principal_seal,
+        cancelled=state.cancelled,
+    )
+    return sealed_checkpoint(after, run_id, seals)
+
+
 def seal_problem_of(
     state: RunState, run_id: str, seals: Seals, text: str | None = None
 ) -> str | None:

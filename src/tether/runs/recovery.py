@@ -32,7 +32,7 @@ from typing import Any
 
 from tether.core.approvals import ApprovalStatus
 from tether.core.ledger import Effect, EffectStatus
-from tether.core.lifecycle import RunStatus
+from tether.core.lifecycle import UNDO_PREFIX, RunStatus
 from tether.errors import (
     ApprovalRequired,
     Denied,
@@ -53,7 +53,6 @@ from tether.runs.runner import Runner
 from tether.store.base import Store
 from tether.store.rows import RunRecord
 
-UNDO_PREFIX = "undo-"
 # How long a framework run's ``dispatched`` effect (beyond its tool's timeout) may be a call
 # still in flight: a run without a conversation holds no lease that would say its caller died.
 IN_FLIGHT_S = 300.0
