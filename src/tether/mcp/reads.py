@@ -453,7 +453,8 @@ class Reads:
     ) -> dict[str, Any]:
         meta = params.meta if isinstance(params.meta, dict) else {}
         caller = self.gw.caller_for(ctx, meta)
-        answer = await self.gw.govern_read(caller, ctx.request_id, tool, arguments, meta, shape)
+        with self.gw.cancels.watching(ctx):  # its cancellation goes to the server
+            answer = await self.gw.govern_read(caller, ctx.request_id, tool, arguments, meta, shape)
         if answer.get("isError"):
             text = "\n".join(b.get("text", "") for b in answer.get("content") or [])
             _refuse(text, answer.get("_meta"))
