@@ -16,12 +16,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp_types import RequestParamsMeta
 
 from tests.mcp.helpers import (
     approval_id,
@@ -39,7 +40,8 @@ from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
 
 WAIT_S = 3.0  # the server table's cancel_wait_seconds in these tests
-META = {"io.tether/call_id": "cancel-1"}
+# The call's identity, so a resend is the same call (RequestParamsMeta is an open map).
+META = cast(RequestParamsMeta, {"io.tether/call_id": "cancel-1"})
 
 
 @pytest.fixture
@@ -324,3 +326,96 @@ def test_over_http_the_owner_cancels_and_another_credential_cannot(
     effects = {e.call_id: e.status.value for e in SQLiteStore(db).list_effects()}
     assert effects == {"mcp-t": "committed", "mcp-m": "unknown"}
     assert witness(state) == ["slow_save t"]
+
+
+# -- the edges, against a stand-in request ----------------------------------------------------
+def run_cancelled(
+    request: Callable[[Any], Any], *, noted: bool = True, before: bool = False
+) -> tuple[list[Any], BaseException | None]:
+    """``cancellable`` around ``request(writes)`` (``writes``: the noting write stream),
+    cancelled by its client at once (``before``: before it starts); what the server was
+    told and what came out."""
+    from mcp.shared.message import SessionMessage
+
+    from tether.mcp.cancel import CANCEL, _NotingWrites, cancellable
+
+    told: list[Any] = []
+    raised: list[BaseException] = []
+
+    async def scenario() -> None:
+        send, receive = anyio.create_memory_object_stream[SessionMessage](10)
+        writes = _NotingWrites(send)
+        cancelled = anyio.Event()
+        if before:
+            cancelled.set()
+
+        async def tell(request_id: Any) -> None:
+            told.append(request_id)
+
+        token = CANCEL.set(cancelled)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_later, cancelled)
+                await cancellable(
+                    lambda: request(writes), tell, what="x", wait_s=0.3, noted=noted, note=print
+                )
+        except BaseException as e:
+            raised.append(e.exceptions[0] if isinstance(e, BaseExceptionGroup) else e)
+        finally:
+            CANCEL.reset(token)
+            send.close()
+            receive.close()
+
+    anyio.run(scenario)
+    return told, raised[0] if raised else None
+
+
+async def _later(event: anyio.Event) -> None:
+    await anyio.sleep(0.05)
+    event.set()
+
+
+async def _written(writes: Any, then: Callable[[], Any]) -> Any:
+    from mcp.shared.message import SessionMessage
+    from mcp_types import JSONRPCRequest
+
+    await writes.send(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=7, method="tools/call")))
+    return await then()
+
+
+def test_a_call_cancelled_before_it_is_sent_never_reaches_the_server_and_is_failed() -> None:
+    from tether.errors import CancelledUnsent
+
+    started: list[bool] = []
+
+    async def request(writes: Any) -> None:
+        started.append(True)
+
+    told, raised = run_cancelled(request, before=True)
+    assert isinstance(raised, CancelledUnsent) and not started and not told
+    # Cancelled while the request is on its way but not yet written: not sent either,
+    # when the transport notes what it writes; without that, nobody can tell.
+    told, raised = run_cancelled(lambda writes: anyio.sleep(10))
+    assert isinstance(raised, CancelledUnsent) and not told
+    told, raised = run_cancelled(lambda writes: anyio.sleep(10), noted=False)
+    assert type(raised).__name__ == "CancelUnanswered" and not told
+
+
+def test_a_protocol_error_after_the_cancel_is_unknown_and_a_lost_connection_stays_lost() -> None:
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    from tether.errors import CancelUnanswered
+
+    def answering(code: int) -> Callable[[Any], Any]:
+        async def then() -> None:
+            await anyio.sleep(0.1)  # after the cancel: the server's "request cancelled"
+            raise MCPError(code=code, message="Request cancelled")
+
+        return lambda writes: _written(writes, then)
+
+    told, raised = run_cancelled(answering(0))
+    assert told == [7] and isinstance(raised, CancelUnanswered)
+    assert isinstance(raised, TimeoutError)  # what the gate records as unknown
+    told, raised = run_cancelled(answering(CONNECTION_CLOSED))
+    assert told == [7] and isinstance(raised, MCPError)  # the upstream's own path: lost

@@ -35,6 +35,7 @@ from tether.tools.registry import Manifest, Registry, Risk
 if TYPE_CHECKING:
     from tether.gate.plan import Outcome
     from tether.mcp.caller import Caller
+    from tether.mcp.cancel import Cancels
     from tether.mcp.config import GatewayConfig
     from tether.mcp.pins import Lock
     from tether.mcp.upstream import Upstream
@@ -56,6 +57,7 @@ class Host(Protocol):
     config: GatewayConfig
     lock: Lock
     upstreams: dict[str, Upstream]
+    cancels: Cancels
 
     def caller_for(self, ctx: Any, meta: Mapping[str, Any] | None = None) -> Caller: ...
 
