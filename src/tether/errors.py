@@ -2,7 +2,8 @@
 
 Each message says what happened and what to do about it. Control signals (a call that must
 wait for a human) are kept apart from failures: they are not errors, and code that catches
-``TetherError`` to report failures does not swallow them.
+``TetherError`` to report failures does not swallow them. The module is long because it is
+the one place every error is defined, each with the words it says.
 
     TetherError
     ├── ConfigurationError          a registry, policy or URL that cannot be used
