@@ -2,7 +2,8 @@
 
 Each message says what happened and what to do about it. Control signals (a call that must
 wait for a human) are kept apart from failures: they are not errors, and code that catches
-``TetherError`` to report failures does not swallow them.
+``TetherError`` to report failures does not swallow them. The module is long because it is
+the one place every error is defined, each with the words it says.
 
     TetherError
     ├── ConfigurationError          a registry, policy or URL that cannot be used
@@ -36,6 +37,8 @@ wait for a human) are kept apart from failures: they are not errors, and code th
     ├── ToolFailed                  the tool raised; the effect is recorded as failed
     ├── OutcomeUnknown              the tool timed out (or is still in flight): outcome unknown
     ├── UpstreamLost                an MCP upstream went away mid-call (also a TimeoutError)
+    ├── CancelUnanswered            an MCP call cancelled, its server silent (a TimeoutError)
+    ├── CancelledUnsent             an MCP call cancelled before it was sent upstream
     ├── StoreError                  the store cannot do what was asked
     │   ├── StoreUnavailable        the store cannot be reached or opened
     │   ├── AlreadyExists           a record with that id is already stored
@@ -308,6 +311,17 @@ class OutcomeUnknown(TetherError):
 class UpstreamLost(TetherError, TimeoutError):
     """An MCP upstream's connection ended while a call was in flight: it may have acted, so
     the gate records the effect as unknown (a ``TimeoutError``, as for a tool that timed out)."""
+
+
+class CancelUnanswered(TetherError, TimeoutError):
+    """A client cancelled an MCP call and its server, told so, did not answer in time. A
+    server that honours a cancellation sends no answer, but it may have acted before it
+    stopped: the gate records the effect as unknown (a ``TimeoutError``)."""
+
+
+class CancelledUnsent(TetherError):
+    """A client cancelled an MCP call before the gateway sent it to its server: it never
+    reached the server, so the gate records the effect as failed (it did not happen)."""
 
 
 class PinError(Denied):

@@ -58,11 +58,15 @@ def write_config(
     return load_config(path)
 
 
-def upstream_config(state: Path, tools: Mapping[str, str] = TEST_TOOLS, sid: str = "test") -> str:
+def upstream_config(
+    state: Path, tools: Mapping[str, str] = TEST_TOOLS, sid: str = "test", keys: str = ""
+) -> str:
+    """The test upstream's server table (``keys``: more of its keys, as TOML lines)."""
     lines = [
         f"[servers.{sid}]",
         f'command = "{sys.executable}"',
         f'args = ["{UPSTREAM.as_posix()}", "{state.as_posix()}"]',
+        keys,
     ]
     for name, body in tools.items():
         lines += [f"[servers.{sid}.tools.{name}]", body]

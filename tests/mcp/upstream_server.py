@@ -2,6 +2,12 @@
 ``python upstream_server.py STATE_DIR``. What it offers depends on ``STATE_DIR/variant``
 (read at every listing): "v2" widens ``save``'s schema, the rug pull. Every call that acts
 appends a line to ``STATE_DIR/witness.log``, so a test counts what really ran.
+
+Cancellation, as the server sees it: ``slow_save`` notes its own request id in
+``STATE_DIR/started.log`` as it starts, and each ``notifications/cancelled`` that arrives is
+noted in ``STATE_DIR/cancels.log`` (the request id it names). The SDK honours a cancellation
+(the handler is stopped, nothing is answered); with ``STATE_DIR/deaf`` present the server
+drops cancellations unread, as a server that does not implement them, and answers anyway.
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ def witness(line: str) -> None:
         f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def note(file: str, line: str) -> None:
+    with (STATE / file).open("a") as f:
+        f.write(line + "\n")
 
 
 def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -128,6 +139,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         witness(f"{name} {args.get('key', '')} {args.get('value', '')}".strip())
         return text(f"saved {args.get('key', 'all')}")
     if name == "slow_save":
+        note("started.log", f"{args['key']} {ctx.request_id}")
         await anyio.sleep(float(args["seconds"]))
         witness(f"slow_save {args['key']}")
         return text(f"saved {args['key']} slowly")
@@ -274,7 +286,25 @@ async def main() -> None:
         on_unsubscribe_resource=unsubscribe,
     )
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        heard, hearing = anyio.create_memory_object_stream[Any](0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen, read, heard)
+            await server.run(hearing, write, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+async def listen(read: Any, heard: Any) -> None:
+    """Pass the client's messages on, noting each cancellation (dropped if deaf)."""
+    async with heard:
+        async for message in read:
+            sent = getattr(message, "message", None)
+            if isinstance(sent, types.JSONRPCNotification) and sent.method == (
+                "notifications/cancelled"
+            ):
+                note("cancels.log", str((sent.params or {}).get("requestId")))
+                if (STATE / "deaf").exists():
+                    continue
+            await heard.send(message)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,9 @@ class ServerConfig:
     resources: bool = False
     prompts: bool = False
     read_tenants: frozenset[str] | None = None
+    # How long a call a client cancelled waits for the server's answer before it is
+    # recorded unknown (``tether.mcp.cancel``).
+    cancel_wait_s: float = 5.0
 
     def describe(self) -> str:
         return self.url if self.url else " ".join((self.command or "", *self.args)).strip()
@@ -177,6 +180,7 @@ class _ServerSpec(_Strict):
     resources: bool = False
     prompts: bool = False
     read_tenants: list[str] | None = None
+    cancel_wait_seconds: float = pydantic.Field(default=5.0, gt=0)
 
     @pydantic.model_validator(mode="after")
     def _one_transport(self) -> _ServerSpec:
@@ -262,6 +266,7 @@ def parse_config(raw: Mapping[str, Any], path: Path) -> GatewayConfig:
             resources=server.resources,
             prompts=server.prompts,
             read_tenants=None if server.read_tenants is None else frozenset(server.read_tenants),
+            cancel_wait_s=server.cancel_wait_seconds,
         )
     return GatewayConfig(
         path=path,

@@ -20,9 +20,11 @@ One loop. Each call is judged, recorded and dispatched on the server's event loo
 the tool's handler — the one place the gate hands control to the tool — awaits the upstream
 on the same loop, so a call crosses no thread. A call, once judged, runs to its recorded
 outcome even if the client goes away meanwhile (it is shielded from cancellation, so a retry
-finds the result). Crash, timeout and error handling are the gate's: an upstream that
-answers ``isError`` is a failed effect, one whose connection dies mid-call an unknown effect
-(``tether effects``, ``tether recover``).
+finds the result). A client's ``notifications/cancelled`` is passed to the server for the
+request the gateway made, and the outcome recorded is the server's answer if it still
+gives one within a few seconds, else unknown (``tether.mcp.cancel``). Crash, timeout and
+error handling are the gate's: an upstream that answers ``isError`` is a failed effect, one
+whose connection dies mid-call an unknown effect (``tether effects``, ``tether recover``).
 
 The module is long because it is one MCP server: listing, pinning, sessions and the call path
 share the upstream connections and the pinned lock.
@@ -45,12 +47,7 @@ import anyio.abc
 from tether.core.approvals import ApprovalStatus
 from tether.core.budget import Budget
 from tether.core.digest import sha256_hex
-from tether.errors import (
-    ConfigurationError,
-    OutcomeUnknown,
-    PinError,
-    TetherError,
-)
+from tether.errors import ConfigurationError, OutcomeUnknown, PinError, TetherError
 from tether.gate.answer import Ran, Waiting, answer_async
 from tether.gate.pipeline import Gate, ToolCall
 from tether.mcp.arguments import argument_digest, credential_arguments, undeclared_arguments
@@ -61,6 +58,7 @@ from tether.mcp.caller import (
     named_session,
     stdio_caller,
 )
+from tether.mcp.cancel import Cancels
 from tether.mcp.config import GatewayConfig, ToolConfig, effective_risk
 from tether.mcp.liveness import Liveness, folder_for
 from tether.mcp.offered import AskedCalls, Offered
@@ -69,13 +67,7 @@ from tether.mcp.reads import Reads, Shape
 from tether.mcp.relay import CURRENT, relay_of
 from tether.mcp.unsettled import Unsettled, key_of
 from tether.mcp.upstream import Upstream, UpstreamToolError, gateway_version
-from tether.mcp.wire import (
-    approval_wait,
-    envelope,
-    error_result,
-    result_of,
-    text_of,
-)
+from tether.mcp.wire import approval_wait, envelope, error_result, result_of, text_of
 from tether.tools.registry import Manifest, Registry
 
 if TYPE_CHECKING:
@@ -131,6 +123,7 @@ class Gateway:
         self._stdio_caller: Caller | None = None
         self.unsettled = Unsettled()
         self.in_flight = 0  # calls being judged or run now
+        self.cancels = Cancels()  # those of them a client may cancel (tether.mcp.cancel)
         self.liveness = Liveness(folder_for(store))
         self.reads = Reads(self)  # resources and prompts, where the config offers them
 
@@ -319,9 +312,10 @@ class Gateway:
             # version anyway, so a model built here would be validated and dumped twice.
             relayed = CURRENT.set(relay_of(ctx))  # progress, sampling... go to this client
             try:
-                return await self._call_wire(
-                    caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
-                )
+                with self.cancels.watching(ctx):  # its cancellation goes to the server
+                    return await self._call_wire(
+                        caller, ctx.request_id, params.name, dict(params.arguments or {}), meta
+                    )
             finally:
                 CURRENT.reset(relayed)
 
@@ -335,6 +329,8 @@ class Gateway:
         # Registered as a plain request handler, which may answer with a dict (the typed
         # ``on_call_tool`` wants a model).
         server.add_request_handler("tools/call", mcp_types.CallToolRequestParams, call_tool)
+        cancelled = mcp_types.CancelledNotificationParams
+        server.add_notification_handler("notifications/cancelled", cancelled, self.cancels.heard)
         self.reads.register(server)
         return server
 
@@ -403,7 +399,8 @@ class Gateway:
     ) -> dict[str, Any]:
         """``call_tool``'s result in its wire form (what the MCP server returns)."""
         # Judged, dispatched and recorded on this loop; once the gate has recorded the call
-        # as dispatched it runs to its recorded outcome, whoever stops waiting for it.
+        # as dispatched it runs to its recorded outcome, whoever stops waiting for it (a
+        # client's cancellation reaches the upstream request, not this: tether.mcp.cancel).
         self.in_flight += 1
         try:
             with anyio.CancelScope(shield=True):

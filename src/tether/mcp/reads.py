@@ -35,6 +35,7 @@ from tether.tools.registry import Manifest, Registry, Risk
 if TYPE_CHECKING:
     from tether.gate.plan import Outcome
     from tether.mcp.caller import Caller
+    from tether.mcp.cancel import Cancels
     from tether.mcp.config import GatewayConfig
     from tether.mcp.pins import Lock
     from tether.mcp.upstream import Upstream
@@ -56,6 +57,7 @@ class Host(Protocol):
     config: GatewayConfig
     lock: Lock
     upstreams: dict[str, Upstream]
+    cancels: Cancels
 
     def caller_for(self, ctx: Any, meta: Mapping[str, Any] | None = None) -> Caller: ...
 
@@ -453,7 +455,8 @@ class Reads:
     ) -> dict[str, Any]:
         meta = params.meta if isinstance(params.meta, dict) else {}
         caller = self.gw.caller_for(ctx, meta)
-        answer = await self.gw.govern_read(caller, ctx.request_id, tool, arguments, meta, shape)
+        with self.gw.cancels.watching(ctx):  # its cancellation goes to the server
+            answer = await self.gw.govern_read(caller, ctx.request_id, tool, arguments, meta, shape)
         if answer.get("isError"):
             text = "\n".join(b.get("text", "") for b in answer.get("content") or [])
             _refuse(text, answer.get("_meta"))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import anyio
 
 from tether.errors import ConfigurationError, UpstreamLost
+from tether.mcp.cancel import Watched, cancellable
 from tether.mcp.config import ServerConfig
 from tether.mcp.relay import CURRENT, InFlight, callbacks, progress_callback, quietly
 
@@ -46,6 +47,7 @@ class Upstream:
         self.spawn = spawn
         self.errlog = errlog
         self.session: mcp.ClientSession | None = None
+        self.watched = False  # whether its transport notes request ids (tether.mcp.cancel)
         self.server_name: str | None = None
         self.server_version: str | None = None
         self.tools: dict[str, dict[str, Any]] = {}  # upstream name -> wire form of the Tool
@@ -69,16 +71,17 @@ class Upstream:
 
         target: Any
         if self.config.url is not None:
-            target = self.config.url
+            from mcp.client.streamable_http import streamable_http_client
+
             if self.config.headers:
                 import httpx2
 
                 http = await stack.enter_async_context(
                     httpx2.AsyncClient(headers=dict(self.config.headers), timeout=30)
                 )
-                from mcp.client.streamable_http import streamable_http_client
-
                 target = streamable_http_client(self.config.url, http_client=http)
+            else:
+                target = streamable_http_client(self.config.url)
         else:
             assert self.config.command is not None
             target = _StdioTransport(
@@ -95,7 +98,7 @@ class Upstream:
                 + 4096,
             )
         client = mcp.Client(
-            target,
+            Watched(target),  # a cancelled call names the request the server saw
             mode="legacy",
             cache=None,
             message_handler=self._message,
@@ -108,12 +111,14 @@ class Upstream:
                 f"cannot connect to MCP server '{self.id}' ({self.config.describe()}): {e!r}"
             ) from e
         await self.attach(client.session)
+        self.watched = True
 
     async def attach(self, session: mcp.ClientSession) -> None:
         """Use a session someone else opened (and closes): the in-process wrapper's case.
         Its ``list_changed`` notifications reach its own message handler, not this one;
         ``refresh`` re-lists on demand."""
         self.session = session
+        self.watched = False
         self.lost = None
         self.gone = anyio.Event()
         info = session.server_info
@@ -152,16 +157,18 @@ class Upstream:
             self.resources = await _every_page(session.list_resources, "resources")
 
     async def read_resource(self, uri: str) -> mcp_types.ReadResourceResult:
-        return await self._lost_is_unknown(
-            f"resources/read {uri}", self._connected().read_resource(uri)
-        )
+        session = self._connected()
+        what = f"resources/read {uri}"
+        request = self._cancellable(what, lambda: session.read_resource(uri))
+        return await self._lost_is_unknown(what, request)
 
     async def get_prompt(
         self, name: str, arguments: dict[str, str] | None
     ) -> mcp_types.GetPromptResult:
-        return await self._lost_is_unknown(
-            f"prompts/get {name}", self._connected().get_prompt(name, arguments)
-        )
+        session = self._connected()
+        what = f"prompts/get {name}"
+        request = self._cancellable(what, lambda: session.get_prompt(name, arguments))
+        return await self._lost_is_unknown(what, request)
 
     async def subscribe(self, uri: str, on: bool) -> None:
         session = self._connected()
@@ -193,8 +200,11 @@ class Upstream:
         if relay is not None:
             self.in_flight.relays.append(relay)
         try:
-            return await session.call_tool(
-                name, arguments, progress_callback=progress_callback(relay)
+            return await self._cancellable(
+                f"'{name}'",
+                lambda: session.call_tool(
+                    name, arguments, progress_callback=progress_callback(relay)
+                ),
             )
         except Exception as e:
             if is_connection_lost(e):
@@ -207,6 +217,31 @@ class Upstream:
         finally:
             if relay is not None:
                 self.in_flight.relays.remove(relay)
+
+    def _cancellable(self, what: str, request: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        """``request()``, passing on the client's cancellation of its call, if it cancels
+        (``tether.mcp.cancel``)."""
+
+        def note(line: str) -> None:
+            print(f"tether mcp: {self.id}: {line}", file=self.errlog or sys.stderr)
+
+        return cancellable(
+            request,
+            self._tell_cancelled,
+            what=what,
+            wait_s=self.config.cancel_wait_s,
+            noted=self.watched,
+            note=note,
+        )
+
+    async def _tell_cancelled(self, request_id: Any) -> None:
+        import mcp_types
+
+        if self.session is not None:
+            params = mcp_types.CancelledNotificationParams(
+                request_id=request_id, reason="the gateway's client cancelled the call"
+            )
+            await self.session.send_notification(mcp_types.CancelledNotification(params=params))
 
     async def _relist(self) -> None:
         try:
