@@ -11,7 +11,8 @@ from tether.core.principal import Principal
 from tether.core.verdicts import Verdict
 from tether.errors import ApprovalRequired, RunStateError
 from tether.gate.pipeline import Gate, ToolCall
-from tether.policy.rules import DEFAULT_TIERS, Policy
+from tether.policy.constraints import DEFAULT_TIERS
+from tether.policy.rules import Policy
 from tether.runs.cancel import cancel_run, complete_run
 from tether.tools.registry import Registry, Risk
 
