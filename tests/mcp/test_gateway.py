@@ -29,6 +29,7 @@ from tether.gate.desk import decide_approval
 from tether.identity import add_identity, authenticate
 from tether.mcp.caller import Caller
 from tether.mcp.config import GatewayConfig
+from tether.mcp.tracing import WhenTraced
 from tether.runs.reconcile import resolve_effect
 from tether.store import SQLiteStore
 
@@ -57,7 +58,9 @@ def test_only_configured_pinned_tools_are_offered_and_a_read_runs(
         pinned, problems = await pin_tools(config)
         assert "test/add" not in pinned  # poisoned: not pinned, so not offered
         assert any("test/add" in p and "poisoned" in p for p in problems), problems
-        async with connected(config, store) as (_, client):
+        async with connected(config, store) as (gateway, client):
+            # The SDK's span per request only when tracing is on (tether.mcp.tracing).
+            assert all(isinstance(m, WhenTraced) for m in gateway.server().middleware)
             names = sorted(t.name for t in (await client.list_tools()).tools)
             assert names == sorted(set(TEST_TOOLS) - {"add"})  # not 'unlisted', not 'add'
             read = await client.call_tool("lookup", {"tenant": "acme", "key": "k"})

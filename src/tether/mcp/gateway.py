@@ -65,6 +65,7 @@ from tether.mcp.offered import AskedCalls, Offered
 from tether.mcp.pins import Lock, PinnedTool, changes, read_lock, snapshot, tool_digest
 from tether.mcp.reads import Reads, Shape
 from tether.mcp.relay import CURRENT, relay_of
+from tether.mcp.tracing import WhenTraced
 from tether.mcp.unsettled import Unsettled, key_of
 from tether.mcp.upstream import Upstream, UpstreamToolError, gateway_version
 from tether.mcp.wire import approval_wait, envelope, error_result, result_of, text_of
@@ -332,6 +333,7 @@ class Gateway:
         cancelled = mcp_types.CancelledNotificationParams
         server.add_notification_handler("notifications/cancelled", cancelled, self.cancels.heard)
         self.reads.register(server)
+        server.middleware = [WhenTraced(m) for m in server.middleware]  # tether.mcp.tracing
         return server
 
     # Over stdio the gateway serves one client for its whole life: one session.
