@@ -263,15 +263,11 @@ def _decided(store: Store, approval: Approval, as_json: bool, *, edited: str | N
         return
     with store.read() as tx:
         run = tx.get_run(approval.run_id)
-    if edited is not None:
-        click.echo(
-            f"approval {edited} replaced by {approval.approval_id}: {approval.status.value} "
-            f"by {approval.approver} with the edited arguments"
-        )
-    else:
-        click.echo(
-            f"approval {approval.approval_id}: {approval.status.value} by {approval.approver}"
-        )
+    shown = (
+        approval.approval_id if edited is None else f"{edited} replaced by {approval.approval_id}"
+    )
+    tail = "" if edited is None else " with the edited arguments"
+    click.echo(f"approval {shown}: {approval.status.value} by {approval.approver}{tail}")
     if run is None:
         return
     from tether.core.lifecycle import UNDO_PREFIX
