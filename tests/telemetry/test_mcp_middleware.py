@@ -28,16 +28,25 @@ async def _answer(ctx: Any) -> dict[str, Any]:
     return {"answered": ctx}
 
 
+def through(middleware: WhenTraced, ctx: Any) -> Any:
+    """One request (``ctx``) through ``middleware`` to ``_answer``."""
+
+    async def go() -> Any:
+        return await middleware(ctx, _answer)
+
+    return anyio.run(go)
+
+
 def test_without_a_provider_the_sdk_span_is_skipped_and_the_request_still_answered() -> None:
     inner = Counting()
-    result = anyio.run(WhenTraced(inner), "req-1", _answer)
+    result = through(WhenTraced(inner), "req-1")
     assert result == {"answered": "req-1"}
     assert inner.seen == []
 
 
 def test_with_a_provider_the_sdk_middleware_runs(otel: Recorded) -> None:
     inner = Counting()
-    result = anyio.run(WhenTraced(inner), "req-2", _answer)
+    result = through(WhenTraced(inner), "req-2")
     assert result == {"answered": "req-2"}
     assert inner.seen == ["req-2"]
 
