@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +13,9 @@ from hypothesis import strategies as st
 from tether.core.budget import Budget
 from tether.core.digest import canonical_json
 from tether.core.principal import Principal
-from tether.gate.state import RunState
+from tether.core.runseal import PRINCIPAL_SEAL, sealed_identity
+from tether.evidence.keys import AuditKeys
+from tether.gate.state import RunState, seal_problem_of, sealed_checkpoint
 from tether.store.rows import RunRecord
 
 PRINCIPAL = Principal(subject="user-1", tenant="acme", scopes=frozenset({"b", "a"}))
@@ -111,3 +115,22 @@ def test_the_assembled_checkpoint_is_the_canonical_json_of_the_merge(
     if seal is not None:
         own["principal_seal"] = seal
     assert state.dump() == canonical_json({**extra, **own})
+
+
+def test_a_keyring_in_a_freed_rings_place_checks_the_seals_itself() -> None:
+    # The "known sound" memo is keyed by the ring's id(); a ring freed and another made in
+    # its place (CPython reuses the address) must not inherit what the first one checked.
+    state = RunState(principal=PRINCIPAL, budget=Budget(max_steps=5))
+    first = AuditKeys.ephemeral()
+    seal = first.seal(PRINCIPAL_SEAL, sealed_identity("run-1", state.principal, state.budget))
+    text = sealed_checkpoint(replace(state, principal_seal=seal), "run-1", first)
+    sealed = RunState.parse(text)
+    assert seal_problem_of(sealed, "run-1", first, text) is None
+    freed = id(first)
+    del first
+    gc.collect()
+    rings = [AuditKeys.ephemeral() for _ in range(200)]
+    same = next((r for r in rings if id(r) == freed), None)
+    # Either the memo kept the first ring alive (then no ring can take its id), or the ring
+    # in its place is checked afresh and its seals do not verify.
+    assert same is None or seal_problem_of(sealed, "run-1", same, text) is not None

@@ -132,6 +132,10 @@ def load_for_decision(
         raise ApprovalStateError(
             f"no approval {approval_id}; list pending ones with `tether approvals list`"
         )
+    # The run's row first, as its driver and the gate take it (then the run's audit head):
+    # a driver pausing the run reads its approvals under this lock, so it either sees this
+    # decision or has set the run awaiting_approval before ``queue_if_decided`` looks.
+    tx.lock_run(approval.run_id)
     if not request_sealed(tx.keys, approval):
         # Who may decide (or which call, for whom, until when) was edited in the row, or
         # the request never went through tether: nobody's decision on it counts.

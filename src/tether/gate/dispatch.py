@@ -5,6 +5,7 @@ the gate can stop waiting for a tool, not stop the tool)."""
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -50,6 +51,22 @@ def _tool_thread() -> concurrent.futures.ThreadPoolExecutor:
     if _executor is None:
         _executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="tether-tool")
     return _executor
+
+
+def _forget_the_parents_threads() -> None:
+    """In a child just forked: only the forking thread came along. The inherited executor
+    still counts the parent's tool threads, and an idle one among them, so it would queue
+    every timed call for a thread that does not exist (each one then "unknown" after its
+    timeout); the parent's in-flight keys are run by nobody here; and a lock held by
+    another of its threads would never be released."""
+    global _executor, _running_lock
+    _executor = None
+    _running_lock = threading.Lock()
+    _running.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forget_the_parents_threads)
 
 
 def invoke(tool: Tool, arguments: Mapping[str, Any], key: str) -> Any:

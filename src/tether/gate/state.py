@@ -153,7 +153,8 @@ def seal_problem_of(
     """What is wrong with the run's seals (``tether.core.runseal``), or None. ``text`` is
     the checkpoint ``state`` was loaded from, if the caller has it: text this process sealed
     (or checked) under ``seals`` is not checked again."""
-    if text is not None and _SOUND.get((run_id, id(seals))) == text:
+    known = _SOUND.get((run_id, id(seals)))
+    if text is not None and known is not None and known[0] is seals and known[1] == text:
         return None
     problem = _seal_problem(state, run_id, seals)
     if problem is None and text is not None:
@@ -163,13 +164,15 @@ def seal_problem_of(
 
 # (run id, keyring) -> the last checkpoint text known to carry valid seals under that ring.
 # One entry per run, so an older text (a row put back) is checked again; bounded like _PARSED.
-_SOUND: dict[tuple[str, int], str] = {}
+# The entry holds the ring itself: an id is only unique among live objects, and a ring
+# made after this one was freed (another store's, with other keys) could take its id.
+_SOUND: dict[tuple[str, int], tuple[Seals, str]] = {}
 
 
 def _remember_sound(run_id: str, seals: Seals, text: str) -> None:
     if len(_SOUND) >= _PARSED_MAX:
         _SOUND.clear()
-    _SOUND[run_id, id(seals)] = text
+    _SOUND[run_id, id(seals)] = (seals, text)
 
 
 def _seal_problem(state: RunState, run_id: str, seals: Seals) -> str | None:

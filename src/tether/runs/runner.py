@@ -540,7 +540,12 @@ class Runner:
             ) from None
 
     def _held(self, tx: Tx, run_id: str) -> RunRecord:
-        record = run_log.get_run(tx, run_id)
+        # Locked before anything is read: ``_finish`` decides awaiting_approval from the
+        # run's approvals, and a reviewer's decision committed between that read and the
+        # write would find the run still running and leave it to nobody (a lost wake-up).
+        record = tx.lock_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run {run_id}; see `tether runs list`")
         if RunStatus(record.status).finished:
             raise _Stopped
         if record.lease_owner != self.worker:
