@@ -177,6 +177,11 @@ def run_record(store: Store, run_id: str) -> Any:
     return record
 
 
+def run_inputs(store: Store, run_id: str) -> list[tuple[str, str]]:
+    with store.read() as tx:
+        return tx.inputs(run_id)
+
+
 def intact(store: Store) -> bool:
     return store.verify_audit().intact
 
@@ -719,8 +724,38 @@ def test_resuming_an_unknown_or_finished_run_fails(env: Env) -> None:
         env.runner(["done"], gate=env.other_process()).resume(result.run_id)
     assert audit_kinds(env.store) == before
     assert run_record(env.store, result.run_id).status == "completed"
+    inputs = run_inputs(env.store, result.run_id)
     with pytest.raises(RunStateError, match="already has a conversation"):
         runner.begin(result.run_id, "again")
+    assert run_inputs(env.store, result.run_id) == inputs  # nothing half-written
+    assert intact(env.store)
+
+
+def test_a_queued_run_is_claimable_only_once_whole_and_never_running_before(env: Env) -> None:
+    """``create_queued`` used to make the run running (with no lease: what a dead driver
+    leaves, so claimable) and queue it afterwards; a worker claiming it in between drove it
+    without its trusted input, and the queueing then failed on the worker's newer row."""
+    runner = env.runner(["done"])
+    seen: list[list[str]] = []
+    record_input = runner.gate.record_input
+
+    def watched(run_id: str, text: str, **options: Any) -> None:
+        # What a worker polling now would find: not this run, whose conversation is not in.
+        with env.store.read() as tx:
+            seen.append([r.run_id for r in tx.claimable(1e12, 10)])
+        assert run_record(env.store, run_id).status == RunStatus.QUEUED.value
+        record_input(run_id, text, **options)
+
+    runner.gate.record_input = watched  # type: ignore[method-assign]
+    run_id = runner.create_queued("close ticket T-1", USER)
+    assert seen == [[]]
+    assert run_record(env.store, run_id).status == RunStatus.QUEUED.value
+    assert run_inputs(env.store, run_id) == [("user", "close ticket T-1")]
+    with env.store.read() as tx:
+        assert [r.run_id for r in tx.claimable(1e12, 10)] == [run_id]
+    run_kinds = [e.kind for e in env.store.audit_entries() if e.run_id == run_id]
+    assert run_kinds == ["run_started", "run_queued"]
+    assert runner.resume(run_id).status == "completed"
     assert intact(env.store)
 
 

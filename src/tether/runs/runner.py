@@ -146,27 +146,27 @@ class Runner:
         self.begin(run_id, user_input)
         return run_id
 
-    def begin(self, run_id: str, user_input: str) -> None:
-        """Write the opening of the conversation into a run made with ``Gate.start_run``."""
+    def begin(self, run_id: str, user_input: str, *, queued: bool = False) -> None:
+        """Open the conversation of a run made with ``Gate.start_run`` (``queued``: as queued)."""
         first = [Message(role="system", content=self.system)] if self.system else []
         first.append(Message(role="user", content=user_input))
+        with self.store.read() as tx:
+            _no_conversation_yet(run_log.get_run(tx, run_id))
+        # The trusted input first: a worker may claim the run once its conversation is in.
+        self.gate.record_input(run_id, user_input)
         with self.store.transaction() as tx:
             record = run_log.get_run(tx, run_id)
-            if RunState.load(record).extra.get("messages"):
-                raise RunStateError(f"run {run_id} already has a conversation; resume it instead")
-            counters = {**self.metadata, "turns": 0}
-            run_log.append(tx, record, now=self.clock(), messages=first, counters=counters)
-        # The user's request is the run's trusted input for the data-flow policy.
-        self.gate.record_input(run_id, user_input)
+            _no_conversation_yet(record)
+            now, counters = self.clock(), {**self.metadata, "turns": 0}
+            run_log.append(tx, record, now=now, messages=first, counters=counters)
+            if queued:
+                tx.append_audit("run_queued", at=now, run_id=run_id, data={})
 
     def create_queued(self, user_input: str, principal: Principal, **options: Any) -> str:
-        """Persist a new run for a worker to pick up (``tether run --enqueue``)."""
-        run_id = self.create(user_input, principal, **options)
-        now = self.clock()
-        with self.store.transaction() as tx:
-            record = run_log.get_run(tx, run_id)
-            tx.update_run(replace(record, status=RunStatus.QUEUED.value, updated_at=now))
-            tx.append_audit("run_queued", at=now, run_id=run_id, data={})
+        """A new run for a worker to pick up (``tether run --enqueue``), queued from the start:
+        made running (unleased: claimable) and queued after, a worker could claim it first."""
+        run_id = self.gate.start_run(principal, status=RunStatus.QUEUED.value, **options)
+        self.begin(run_id, user_input, queued=True)
         return run_id
 
     def resume(self, run_id: str) -> RunResult:
@@ -593,3 +593,8 @@ class Runner:
         with contextlib.suppress(_Stopped):  # cancelled meanwhile: its status stays
             self._write(run_id, write)
         return load_result(self.store, run_id)
+
+
+def _no_conversation_yet(record: RunRecord) -> None:
+    if RunState.load(record).extra.get("messages"):
+        raise RunStateError(f"run {record.run_id} already has a conversation; resume it instead")
