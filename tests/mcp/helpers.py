@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from tether.core.ledger import Effect
 from tether.gate.desk import decide_approval
 from tether.identity import add_identity, authenticate
 from tether.mcp.config import GatewayConfig, load_config
@@ -23,6 +24,7 @@ from tether.mcp.gateway import Gateway
 from tether.mcp.pins import read_lock, write_lock
 from tether.mcp.review import pin, review, survey
 from tether.store.base import Store
+from tether.store.sqlite import SQLiteStore
 
 UPSTREAM = Path(__file__).with_name("upstream_server.py")
 
@@ -124,6 +126,23 @@ def approval_id(result: Any) -> str:
 def witness(state: Path) -> list[str]:
     path = state / "witness.log"
     return path.read_text().splitlines() if path.exists() else []
+
+
+def effect_of(db: str, tool: str) -> Effect | None:
+    """The first effect of ``tool`` in the SQLite store at ``db`` (opened and closed here)."""
+    store = SQLiteStore(db)
+    try:
+        found = [e for e in store.list_effects() if e.tool_name == tool]
+        return found[0] if found else None
+    finally:
+        store.close()
+
+
+def the_effect(db: str, tool: str) -> Effect:
+    """``effect_of``, which must exist."""
+    found = effect_of(db, tool)
+    assert found is not None, f"no effect of {tool} in {db}"
+    return found
 
 
 def audit_kinds(store: Store) -> list[str]:

@@ -27,14 +27,23 @@ from mcp_types import RequestParamsMeta
 from tests.mcp.helpers import (
     approval_id,
     approve,
+    effect_of,
     pin_tools,
     text,
     upstream_config,
     witness,
     write_config,
 )
-from tests.mcp.test_serve import INIT, answer, free_port, post, read_message, serve, stop
-from tether.core.ledger import Effect
+from tests.mcp.test_serve import (
+    INIT,
+    answer,
+    free_port,
+    listening,
+    post,
+    read_message,
+    serve,
+    stop,
+)
 from tether.identity import add_identity
 from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
@@ -78,15 +87,6 @@ async def sdk_client(config: GatewayConfig, db: str) -> AsyncIterator[Client]:
 def lines(state: Path, name: str) -> list[str]:
     path = state / name
     return path.read_text().splitlines() if path.exists() else []
-
-
-def effect_of(db: str, tool: str) -> Effect | None:
-    store = SQLiteStore(db)
-    try:
-        found = [e for e in store.list_effects() if e.tool_name == tool]
-        return found[0] if found else None
-    finally:
-        store.close()
 
 
 def status(db: str, tool: str = "slow_save") -> str | None:
@@ -254,14 +254,7 @@ def http_gateway(setup: tuple[GatewayConfig, Path, str]) -> Iterator[tuple[str, 
     port = free_port()
     proc = serve(config, db, "--http", "--port", str(port))
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+    listening(proc, url)
     try:
         yield url, token, state, db
     finally:

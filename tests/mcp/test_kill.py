@@ -18,7 +18,15 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.mcp.helpers import approve, pin_tools, upstream_config, witness, write_config
+from tests.mcp.helpers import (
+    approve,
+    effect_of,
+    pin_tools,
+    the_effect,
+    upstream_config,
+    witness,
+    write_config,
+)
 from tests.mcp.test_serve import INIT, exchange
 from tether.mcp.config import GatewayConfig
 from tether.store import SQLiteStore
@@ -49,15 +57,6 @@ def call(tool: str, request_id: int, meta: dict[str, str] | None = None) -> dict
     if meta:
         params["_meta"] = meta
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-
-
-def effect_of(db: str, tool: str) -> Any:
-    store = SQLiteStore(db)
-    try:
-        found = [e for e in store.list_effects() if e.tool_name == tool]
-        return found[0] if found else None
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize("acted", [True, False], ids=["it-acted", "it-had-not"])
@@ -96,12 +95,12 @@ def test_a_gateway_killed_mid_call_and_restarted_never_runs_the_call_twice(
         first.communicate(timeout=10)
     ran = witness(state)
     assert ran == ([f"{tool} k"] if acted else [])
-    assert effect_of(db, tool).status.value == "dispatched"  # what the dead process left
+    assert the_effect(db, tool).status.value == "dispatched"  # what the dead process left
 
     second = start(config, db)
     try:
         # Settled at start, before any request: unknown, not left dispatched.
-        assert effect_of(db, tool).status.value == "unknown"
+        assert the_effect(db, tool).status.value == "unknown"
         resent = exchange(second, call(tool, 3, META))
         assert resent is not None, resent
         result = resent["result"]
@@ -113,7 +112,7 @@ def test_a_gateway_killed_mid_call_and_restarted_never_runs_the_call_twice(
         assert fresh is not None
         text = fresh["result"]["content"][0]["text"]
         assert fresh["result"]["isError"] and "may have run" in text, text
-        assert effect_of(db, tool).operation_key in text
+        assert the_effect(db, tool).operation_key in text
         listed = exchange(second, {"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
         assert listed is not None and tool in {t["name"] for t in listed["result"]["tools"]}
         time.sleep(0.3)
@@ -137,12 +136,11 @@ def test_over_http_the_stateless_sdk_client_resending_after_a_kill_is_told_unkno
     request its own, request ids restarting with each client process), over HTTP."""
     import threading
 
-    import httpx
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from tests.mcp.test_serve import free_port
+    from tests.mcp.test_serve import free_port, listening
     from tether.identity import add_identity
 
     state = tmp_path / "upstream"
@@ -168,14 +166,8 @@ def test_over_http_the_stateless_sdk_client_resending_after_a_kill_is_told_unkno
             env=env,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                return proc
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        listening(proc, url)
+        return proc
 
     def one_client_process() -> Any:
         async def go() -> Any:
@@ -212,11 +204,11 @@ def test_over_http_the_stateless_sdk_client_resending_after_a_kill_is_told_unkno
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    assert effect_of(db, "save_then_wait").status.value == "dispatched"
+    assert the_effect(db, "save_then_wait").status.value == "dispatched"
 
     second = start_http()
     try:
-        assert effect_of(db, "save_then_wait").status.value == "unknown"  # settled at start
+        assert the_effect(db, "save_then_wait").status.value == "unknown"  # settled at start
         resent = one_client_process()  # a new client process sends the same call again
         assert resent.is_error and "unknown" in resent.content[0].text, resent
     finally:

@@ -140,6 +140,19 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.communicate(timeout=10)  # also closes the pipes
 
 
+def listening(proc: subprocess.Popen[bytes], url: str) -> None:
+    """Wait (up to 30 s) until the gateway ``proc`` answers HTTP at ``url``."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            assert proc.poll() is None, "the gateway exited"
+            assert time.monotonic() < deadline, "the gateway did not start listening"
+            time.sleep(0.1)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -156,15 +169,7 @@ def http_gateway(setup: tuple[GatewayConfig, Path, str]) -> Iterator[tuple[str, 
     port = free_port()
     proc = serve(config, db, "--http", "--port", str(port))
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            assert proc.poll() is None, "the gateway exited"
-            assert time.monotonic() < deadline, "the gateway did not start listening"
-            time.sleep(0.1)
+    listening(proc, url)
     try:
         yield url, token, state, db
     finally:

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from tests.mcp.helpers import pin_tools, required, upstream_config, witness, write_config
-from tests.mcp.test_serve import free_port, serve, stop
+from tests.mcp.test_serve import free_port, listening, serve, stop
 from tether.identity import add_identity
 from tether.store import SQLiteStore
 
@@ -116,14 +115,7 @@ def test_the_typescript_client_over_streamable_http(
     gateway = serve(load_config(config), db, "--http", "--port", str(port))
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.TransportError:
-                assert gateway.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        listening(gateway, url)
         seen = drive(tmp_path, db, state, ["http", url, token], {})
     finally:
         stop(gateway)
