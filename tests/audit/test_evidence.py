@@ -326,6 +326,12 @@ def test_the_keyring_macs_seals_and_signs() -> None:
     key_id, mac = ring.mac("hello")
     secret = base64.b64decode(json.loads(ring.to_json())["hmac"][key_id])
     assert mac == hmac.new(secret, b"hello", "sha256").hexdigest()  # plain HMAC-SHA256
+    # Each MAC starts from a copy of the key's state: the second is not over "hellohello",
+    # and the pure-Python HMAC (where no OpenSSL object is inside it) agrees byte for byte.
+    assert ring.mac("hello") == (key_id, mac)
+    from tether.evidence import keys as keys_module
+
+    assert keys_module._hmac(hmac.new(secret, digestmod="sha256"), "hello") == mac
     rotated = ring.rotated()
     assert rotated.key_id != key_id and rotated.check(key_id, "hello", mac)
     assert not rotated.check(key_id, "hellp", mac)

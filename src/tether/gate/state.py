@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tether.core.budget import Budget
-from tether.core.digest import canonical_json
+from tether.core.digest import canonical_json, evolve
 from tether.core.principal import Principal
 from tether.core.runseal import COUNTERS_SEAL, Seals, seal_problem, sealed_counters
 from tether.store.rows import RunRecord
@@ -135,16 +135,17 @@ def sealed_checkpoint(state: RunState, run_id: str, seals: Seals) -> str:
 def checkpoint(
     state: RunState, budget: Budget, effects: int | None = None, *, run_id: str, seals: Seals
 ) -> str:
-    """The run's checkpoint after a step: the new budget counters and effect count, sealed."""
-    after = RunState(
-        principal=state.principal,
-        budget=budget,
-        extra=state.extra,
-        effects=state.effects if effects is None else effects,
-        principal_seal=state.principal_seal,
-        cancelled=state.cancelled,
-    )
-    return sealed_checkpoint(after, run_id, seals)
+    """The run's checkpoint after a step: the new budget counters and effect count, sealed.
+
+    ``sealed_checkpoint`` of the state with the new counters, made in one step: the gate
+    does this at every call, and building the state twice (then ``replace``, which runs
+    ``__init__`` again) cost as much as the seal."""
+    count = state.effects if effects is None else effects
+    count = 0 if count is None else count
+    seal = seals.seal(COUNTERS_SEAL, sealed_counters(run_id, budget, count, state.cancelled))
+    text = evolve(state, budget=budget, effects=count, counters_seal=seal).dump()
+    _remember_sound(run_id, seals, text)
+    return text
 
 
 def seal_problem_of(

@@ -20,6 +20,7 @@ import collections
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -102,8 +103,7 @@ class Tx(abc.ABC):
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
     def lock_run(self, run_id: str) -> RunRecord | None:
-        """The run, locked until this transaction ends where the backend has row locks (so
-        two claimers queue instead of both reading the same version)."""
+        """The run, row-locked till the transaction ends if the backend can: claimers queue."""
         return self.get_run(run_id)
 
     def renew_lease(self, run_id: str, owner: str, until: float) -> bool:
@@ -114,10 +114,9 @@ class Tx(abc.ABC):
 
     def claimable(self, now: float, limit: int) -> list[RunRecord]:
         """Runs a worker may claim now: queued, running with an expired or no lease, or
-        waiting for their model for ``MODEL_RETRY_AFTER_S``; and
-        with a conversation in the store (a run without one is driven by its own code or
-        framework; a worker has nothing to drive, and its lease would only get in the way).
-        Backends with row locks lock them and skip those another worker has locked."""
+        waiting for their model for ``MODEL_RETRY_AFTER_S``; and with a conversation in the
+        store (a run without one is driven by its own code or framework: a worker has nothing
+        to drive). Backends with row locks skip those another worker has locked."""
         waited = [
             r
             for r in self._runs_with_status(RunStatus.AWAITING_MODEL)
@@ -203,7 +202,9 @@ class Tx(abc.ABC):
     def insert_effect(self, effect: Effect) -> None:
         # The row's cells made once: written, and digested for the next audit entry.
         cells = effect.row()
-        self._expect(self._insert_effect(effect, cells), OperationConflict(effect.operation_key))
+        self._expect(
+            self._insert_effect(effect, cells), partial(OperationConflict, effect.operation_key)
+        )
         self._touched[EFFECT + effect.operation_key] = row_digest(cells)
 
     def update_effect(self, effect: Effect, expected: EffectStatus) -> None:
@@ -226,9 +227,8 @@ class Tx(abc.ABC):
         """How many effects the ledger holds for a run."""
 
     def call_view(self, run_id: str, call_id: str) -> CallView:
-        """Everything the gate reads to judge one call: the run, the effect already recorded
-        for the call, the latest approval requested for it, and how many effects the ledger
-        holds for the run. Backends that can answer in one query override this."""
+        """Everything the gate reads to judge one call (``CallView``, in its fields' words);
+        backends that can answer in one query override this."""
         return CallView(
             run=self.get_run(run_id),
             effect=self.effect_for_call(run_id, call_id),
@@ -297,11 +297,13 @@ class Tx(abc.ABC):
 
     def update_approval(self, approval: Approval, expected: ApprovalStatus) -> None:
         cells = approval_cells(approval)
-        changed = StoreError(
-            f"approval {approval.approval_id} changed while it was being decided; "
-            "list it again and retry"
+        self._expect(
+            self._cas_approval(approval, expected, cells),
+            lambda: StoreError(
+                f"approval {approval.approval_id} changed while it was being decided; "
+                "list it again and retry"
+            ),
         )
-        self._expect(self._cas_approval(approval, expected, cells), changed)
         self._touched[APPROVAL + approval.approval_id] = row_digest(cells)
 
     # -- the notification outbox -------------------------------------------------------------
@@ -379,8 +381,7 @@ class Tx(abc.ABC):
         self._touched.update(digests)
 
     def authenticate_unkeyed(self) -> int:
-        """MAC every entry that has none with the current key (trust on first use, for a log
-        made before audit keys); how many there were."""
+        """MAC every entry that has none with the current key (trust on first use); how many."""
         unkeyed = self._unkeyed_audit()
         for chain, seq, hashed in unkeyed:
             key_id, mac = self.keys.mac(hashed)
@@ -388,8 +389,7 @@ class Tx(abc.ABC):
         return len(unkeyed)
 
     def lock_setup(self) -> None:  # noqa: B027 - SQLite runs one writer at a time anyway
-        """Serialise stores being set up (their keys adopted) at once, where the backend
-        does not already run one writer at a time."""
+        """Serialise stores being set up at once, where the backend has many writers."""
 
     # -- backend primitives ------------------------------------------------------------------
     # Inserts return False when the key exists (the backend's own unique constraint decides,
