@@ -297,14 +297,31 @@ RESULT_FRAMING_PATTERN = re.compile(
 )
 INJECTION_FLAG = "injection pattern in result"
 
+# Every match of RESULT_FRAMING_PATTERN in ASCII text contains one of these, lowercased (each
+# alternative requires one of them). Like INJECTION_ANCHORS, a cheap first look: the pattern
+# has no literal prefix, so it is tried at every position — about 8 µs for a one-line JSON
+# result and a quarter of a millisecond per kilobyte, on every committed call. A text with an
+# anchor still goes through the pattern; tests/unit/test_screening.py checks the list
+# against it.
+FRAMING_ANCHORS = (
+    *("system", "assistant", "developer", "instruction", "information", "important"),
+    *("admin", "before", "urgent", "critical", "attention", "dear", "hey", "hello", "note"),
+    *("reading", "please", "must", "user"),
+)
+
 
 def looks_like_injected_result(text: str) -> bool:
     """Whether tool output reads like instructions to the model: the argument patterns
     (``looks_like_injection``) and the framings above."""
     if looks_like_injection(text):
         return True
-    folded = text if text.isascii() else normalize(text)
-    return RESULT_FRAMING_PATTERN.search(folded) is not None
+    if text.isascii():
+        # For ASCII text a case-insensitive match is a match in the lowercased text.
+        lowered = text.lower()
+        if not any(anchor in lowered for anchor in FRAMING_ANCHORS):
+            return False
+        return RESULT_FRAMING_PATTERN.search(text) is not None
+    return RESULT_FRAMING_PATTERN.search(normalize(text)) is not None
 
 
 @dataclass(frozen=True)
