@@ -6,10 +6,16 @@ transliteration, which turns Cyrillic look-alikes into Latin letters), so "ignor
 full-width letters, with look-alike letters or with a zero-width space inside cannot slip
 past a pattern written for plain ASCII. Object keys are screened as well as values.
 Screening only raises flags; what a flag means (deny, ask) is the policy's call.
+
+Each pattern has a list of anchors, words every match contains, looked for first: the
+patterns have no literal prefix, so the regex engine tries them at every position, and a
+result or argument holding no anchor is answered without them. The module is long because
+every pattern sits beside its anchors and the shortcuts that must give its answers.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -47,13 +53,47 @@ INJECTION_PATTERN = re.compile(
 # Unicode "format" characters (zero-width space/joiners, bidi controls, BOM, tag characters)
 # render as nothing but change what a naive matcher sees.
 _INVISIBLE = {"Cf"}
+# Where they are: the first two planes and the tags' block (tests/unit/test_screening.py scans
+# the rest of Unicode for any other).
+_INVISIBLE_RANGES = (range(0x20000), range(0xE0000, 0xE1000))
 
 DEFAULT_MAX_ARGUMENT_BYTES = 64 * 1024
 
 
+@functools.cache
+def _invisible() -> re.Pattern[str]:
+    """One character class of every format character: removing them or finding one is a
+    single pass in the regex engine's C, not a category lookup per character in Python (a
+    millisecond for a 10 KB result). Made on the first non-ASCII text (a few milliseconds)."""
+    runs: list[list[int]] = []  # as ranges: a class of single characters is ten times slower
+    for block in _INVISIBLE_RANGES:
+        for cp in block:
+            if unicodedata.category(chr(cp)) in _INVISIBLE:
+                if runs and runs[-1][1] == cp - 1:
+                    runs[-1][1] = cp
+                else:
+                    runs.append([cp, cp])
+    return re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in runs) + "]")
+
+
 def normalize(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text)
-    return "".join(ch for ch in folded if unicodedata.category(ch) not in _INVISIBLE)
+    return folded if folded.isascii() else _invisible().sub("", folded)
+
+
+# The non-ASCII characters a case-insensitive match takes for an ASCII letter (dotted and
+# dotless i, long s, the Kelvin sign; tests/unit/test_screening.py scans Unicode for them),
+# mapped to that letter before lowercasing, so an anchor below is found in any text the
+# pattern could match.
+_ASCII_TWINS = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+_TWINS = tuple(chr(cp) for cp in _ASCII_TWINS)
+
+
+def _has_anchor(text: str, anchors: tuple[str, ...]) -> bool:
+    if not text.isascii() and any(twin in text for twin in _TWINS):  # rare: translate is slow
+        text = text.translate(_ASCII_TWINS)
+    lowered = text.lower()
+    return any(anchor in lowered for anchor in anchors)
 
 
 # Every match of INJECTION_PATTERN in ASCII text contains one of these, lowercased (each
@@ -70,26 +110,32 @@ INJECTION_ANCHORS = (
 
 def looks_like_injection(text: str) -> bool:
     if text.isascii():
-        # For ASCII text a case-insensitive match is a match in the lowercased text.
-        lowered = text.lower()
-        for anchor in INJECTION_ANCHORS:
-            if anchor in lowered:
-                return INJECTION_PATTERN.search(text) is not None
-        return False
-    folded = normalize(text)
-    if INJECTION_PATTERN.search(folded):
+        return _injection_in(text)
+    return _injection_in_folded(normalize(text))
+
+
+def _injection_in(text: str) -> bool:
+    return _has_anchor(text, INJECTION_ANCHORS) and INJECTION_PATTERN.search(text) is not None
+
+
+def _injection_in_folded(folded: str) -> bool:
+    """``looks_like_injection`` of a text already normalised: in its own letters, and in
+    their ASCII transliteration (Cyrillic look-alikes read as Latin)."""
+    if _injection_in(folded):
         return True
+    if folded.isascii():
+        return False
     # Imported for the first non-ASCII text: anyascii loads importlib.resources (and with it
     # tempfile, shutil, bz2...), which ASCII-only work never needs.
     from anyascii import anyascii
 
-    return INJECTION_PATTERN.search(anyascii(folded)) is not None
+    return _injection_in(anyascii(folded))
 
 
 def has_invisible(text: str) -> bool:
     if text.isascii():  # no ASCII character is a Unicode format character
         return False
-    return any(unicodedata.category(ch) in _INVISIBLE for ch in text)
+    return _invisible().search(text) is not None
 
 
 def _strings(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
@@ -175,6 +221,20 @@ CREDENTIAL_PATTERN = re.compile(
 # ``xox?-`` and ten more characters; tests/unit/test_screening.py derives it from the pattern), so
 # shorter strings, which most argument values are, skip the search.
 CREDENTIAL_MIN_LENGTH = 15
+# Every match of CREDENTIAL_PATTERN contains one of these as written (``bearer`` in any case):
+# the pattern's case-blind alternative leaves the regex engine nothing to skip ahead with, so
+# it is tried at every position (18 µs a kilobyte); most strings hold none of these.
+# tests/unit/test_screening.py checks the list against the pattern.
+CREDENTIAL_ANCHORS = ("sk-", "AKIA", "_", "xox", "eyJ", "-----BEGIN")
+
+
+def may_hold_credential(text: str) -> bool:
+    """False only for text in which CREDENTIAL_PATTERN certainly finds nothing."""
+    return len(text) >= CREDENTIAL_MIN_LENGTH and (
+        any(anchor in text for anchor in CREDENTIAL_ANCHORS) or "bearer" in text.lower()
+    )
+
+
 # Field names that hold secrets whatever their value looks like.
 SECRET_FIELD_PATTERN = re.compile(
     r"(password|passwd|secret|token|api[_-]?key|authorization|credential|private[_-]?key)",
@@ -206,7 +266,7 @@ def redact(value: Any, sensitive_fields: Iterable[str] = ()) -> tuple[Any, list[
 
     def walk(v: Any, name: str) -> Any:
         if isinstance(v, str):  # first: the commonest leaf, and a cheap test
-            if len(v) >= CREDENTIAL_MIN_LENGTH and CREDENTIAL_PATTERN.search(v):
+            if may_hold_credential(v) and CREDENTIAL_PATTERN.search(v):
                 found.add(name or "(value)")
                 return CREDENTIAL_PATTERN.sub(REDACTED, v)
             return v
@@ -237,7 +297,7 @@ def secret_values(arguments: Mapping[str, Any], sensitive_fields: Iterable[str])
             if name in sensitive or is_secret_name(name):
                 if v:
                     found.append(str(v))
-            elif len(v) >= CREDENTIAL_MIN_LENGTH:
+            elif may_hold_credential(v):
                 found.extend(m.group(0) for m in CREDENTIAL_PATTERN.finditer(v))
         elif isinstance(v, Mapping):
             for k, item in v.items():
@@ -313,15 +373,12 @@ FRAMING_ANCHORS = (
 def looks_like_injected_result(text: str) -> bool:
     """Whether tool output reads like instructions to the model: the argument patterns
     (``looks_like_injection``) and the framings above."""
-    if looks_like_injection(text):
+    folded = text if text.isascii() else normalize(text)  # normalised once for both
+    if _injection_in_folded(folded):
         return True
-    if text.isascii():
-        # For ASCII text a case-insensitive match is a match in the lowercased text.
-        lowered = text.lower()
-        if not any(anchor in lowered for anchor in FRAMING_ANCHORS):
-            return False
-        return RESULT_FRAMING_PATTERN.search(text) is not None
-    return RESULT_FRAMING_PATTERN.search(normalize(text)) is not None
+    return (
+        _has_anchor(folded, FRAMING_ANCHORS) and RESULT_FRAMING_PATTERN.search(folded) is not None
+    )
 
 
 @dataclass(frozen=True)
