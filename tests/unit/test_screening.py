@@ -227,6 +227,21 @@ def test_any_text_that_matches_holds_an_anchor_once_its_twins_are_mapped(text: s
     assert looks_like_injected_result(text) is (injected or framed)
 
 
+@pytest.mark.parametrize("pattern", [INJECTION_PATTERN, RESULT_FRAMING_PATTERN])
+def test_the_case_blind_patterns_have_no_capital_letter_to_miss_in_lowercased_text(
+    pattern: re.Pattern[str],
+) -> None:
+    assert pattern.flags & re.IGNORECASE
+    assert not re.search("[A-Z]", re.sub(r"\\.", "", pattern.pattern))  # escapes aside
+
+
+@given(framing_text | ascii_text)
+def test_a_cased_search_of_lowercased_ascii_text_is_the_case_blind_search(text: str) -> None:
+    for pattern in (INJECTION_PATTERN, RESULT_FRAMING_PATTERN):
+        cased = screening._cased(pattern)
+        assert bool(cased.search(text.lower())) is bool(pattern.search(text)), text
+
+
 # One framing per alternative of the pattern, each holding exactly one anchor: dropping any
 # anchor from the list leaves one of these unflagged.
 FRAMINGS = [

@@ -96,6 +96,24 @@ def _has_anchor(text: str, anchors: tuple[str, ...]) -> bool:
     return any(anchor in lowered for anchor in anchors)
 
 
+def _matches(text: str, anchors: tuple[str, ...], blind: re.Pattern[str]) -> bool:
+    """Whether the case-blind ``blind`` matches ``text``: never if no anchor is in it. For
+    ASCII text the same pattern is asked case-sensitively of the lowercased text (its
+    letters are all lowercase; tests/unit/test_screening.py checks both give one answer),
+    which the regex engine answers two to four times faster."""
+    if not text.isascii():
+        return _has_anchor(text, anchors) and blind.search(text) is not None
+    lowered = text.lower()
+    if not any(anchor in lowered for anchor in anchors):
+        return False
+    return _cased(blind).search(lowered) is not None
+
+
+@functools.cache
+def _cased(blind: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(blind.pattern, blind.flags & ~re.IGNORECASE)
+
+
 # Every match of INJECTION_PATTERN in ASCII text contains one of these, lowercased (each
 # alternative of the pattern starts with, or requires, one of them). The pattern is
 # case-insensitive with no literal prefix for the regex engine to skip ahead with, so it
@@ -115,7 +133,7 @@ def looks_like_injection(text: str) -> bool:
 
 
 def _injection_in(text: str) -> bool:
-    return _has_anchor(text, INJECTION_ANCHORS) and INJECTION_PATTERN.search(text) is not None
+    return _matches(text, INJECTION_ANCHORS, INJECTION_PATTERN)
 
 
 def _injection_in_folded(folded: str) -> bool:
@@ -376,9 +394,7 @@ def looks_like_injected_result(text: str) -> bool:
     folded = text if text.isascii() else normalize(text)  # normalised once for both
     if _injection_in_folded(folded):
         return True
-    return (
-        _has_anchor(folded, FRAMING_ANCHORS) and RESULT_FRAMING_PATTERN.search(folded) is not None
-    )
+    return _matches(folded, FRAMING_ANCHORS, RESULT_FRAMING_PATTERN)
 
 
 @dataclass(frozen=True)
