@@ -236,10 +236,24 @@ def test_the_case_blind_patterns_have_no_capital_letter_to_miss_in_lowercased_te
 
 
 @given(framing_text | ascii_text)
-def test_a_cased_search_of_lowercased_ascii_text_is_the_case_blind_search(text: str) -> None:
-    for pattern in (INJECTION_PATTERN, RESULT_FRAMING_PATTERN):
-        cased = screening._cased(pattern)
-        assert bool(cased.search(text.lower())) is bool(pattern.search(text)), text
+def test_each_alternative_asked_alone_in_lowercase_gives_the_case_blind_answer(text: str) -> None:
+    lowered = text.lower()
+    for pattern, anchors in (
+        (INJECTION_PATTERN, INJECTION_ANCHORS),
+        (RESULT_FRAMING_PATTERN, FRAMING_ANCHORS),
+    ):
+        for own, branch in screening._branches(pattern, anchors):
+            if branch.search(lowered):
+                assert any(anchor in lowered for anchor in own), (branch.pattern, text)
+        expected = pattern.search(text) is not None
+        assert screening._matches(text, anchors, pattern) is expected, text
+
+
+@pytest.mark.parametrize("pattern", [INJECTION_PATTERN, RESULT_FRAMING_PATTERN])
+def test_the_alternatives_put_together_are_the_pattern(pattern: re.Pattern[str]) -> None:
+    parts = screening.alternatives(pattern.pattern)
+    assert "|".join(parts) == pattern.pattern and len(parts) > 10
+    assert screening.alternatives("a[|)]b|(c|d)|e\\|f") == ["a[|)]b", "(c|d)", "e\\|f"]
 
 
 # One framing per alternative of the pattern, each holding exactly one anchor: dropping any
