@@ -57,6 +57,11 @@ class Shape:
     get: Callable[[Any], tuple[Any, ...]]
     defaults: Mapping[str, Any]  # what a field missing from a dict is
     required: frozenset[str]  # the fields without a default
+    name_set: frozenset[str]
+    # Some columns' positions in a row, by their names (``cells``), found once per list.
+    picks: dict[tuple[str, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def row(self, record: Any) -> tuple[Any, ...]:
         cells = self.get(record)
@@ -70,8 +75,12 @@ class Shape:
 
     def cells(self, record: Any, names: Sequence[str]) -> tuple[Any, ...]:
         """The cells of some columns only (an index beside a JSON record)."""
-        row = self.row(record)
-        return tuple(row[self.names.index(n)] for n in names)
+        key = tuple(names)
+        pick = self.picks.get(key)
+        if pick is None:
+            at = [self.names.index(n) for n in key]
+            pick = self.picks[key] = lambda row: tuple(row[i] for i in at)
+        return pick(self.row(record))
 
     def from_row(self, row: Sequence[Any]) -> Any:
         return self._make(dict(zip(self.names, row, strict=True)))
@@ -84,6 +93,8 @@ class Shape:
         return data
 
     def from_dict(self, data: Mapping[str, Any]) -> Any:
+        if type(data) is dict and data.keys() == self.name_set:  # the common case: as stored
+            return self._make(dict(data))
         return self._make({n: data[n] for n in self.names if n in data})
 
     def _make(self, values: dict[str, Any]) -> Any:
@@ -149,6 +160,7 @@ def _make_shape(cls: type[Any]) -> Shape:
         get=attrgetter(*names),
         defaults=dict(_defaults(fields)),
         required=frozenset(f.name for f in fields if not list(_defaults([f]))),
+        name_set=frozenset(names),
     )
 
 
