@@ -95,6 +95,7 @@ def bench(args: list[str]) -> None:
     scripts = (
         "bench_gate.py",
         "bench_memory.py",
+        "bench_results.py",
         "bench_runs.py",
         "bench_recovery.py",
         "bench_pg.py",
