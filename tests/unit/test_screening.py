@@ -251,9 +251,9 @@ def test_each_alternative_asked_alone_in_lowercase_gives_the_case_blind_answer(t
 
 @pytest.mark.parametrize("pattern", [INJECTION_PATTERN, RESULT_FRAMING_PATTERN])
 def test_the_alternatives_put_together_are_the_pattern(pattern: re.Pattern[str]) -> None:
-    parts = screening.alternatives(pattern.pattern)
+    parts = screening._alternatives(pattern.pattern)
     assert "|".join(parts) == pattern.pattern and len(parts) > 10
-    assert screening.alternatives("a[|)]b|(c|d)|e\\|f") == ["a[|)]b", "(c|d)", "e\\|f"]
+    assert screening._alternatives("a[|)]b|(c|d)|e\\|f") == ["a[|)]b", "(c|d)", "e\\|f"]
 
 
 # One framing per alternative of the pattern, each holding exactly one anchor: dropping any

@@ -123,14 +123,14 @@ def _branches(
     its own source spells out (every match of it holds one of them: checked by test)."""
     flags = blind.flags & ~re.IGNORECASE
     out = []
-    for source in alternatives(blind.pattern):
+    for source in _alternatives(blind.pattern):
         spelt = re.sub(r"\\(\W)", r"\1", source)  # ``<\|im_`` spells ``<|im_``
         own = frozenset(anchor for anchor in anchors if anchor in spelt)
         out.append((own, re.compile(source, flags)))
     return tuple(out)
 
 
-def alternatives(source: str) -> list[str]:
+def _alternatives(source: str) -> list[str]:
     """A regex's top-level alternatives, as source text (``"|".join`` gives it back)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(source):
