@@ -4,6 +4,7 @@ verdict, and no sensitive value anywhere."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,6 +179,11 @@ def test_asked_then_granted_shows_the_approval_and_its_wait(otel: Recorded, gate
     assert "tth_" not in "".join(dumped(s) for s in otel.spans())
 
 
+# The pin as a value of its own: a span's nanosecond timestamps hold any four digits now and
+# then ("1796326110943212540"), which is no leak.
+PIN = r"(?<!\d)4321(?!\d)"
+
+
 def test_no_argument_or_result_value_enters_a_span_unless_the_tool_is_opted_in(
     otel: Recorded, gate: Gate
 ) -> None:
@@ -185,7 +191,7 @@ def test_no_argument_or_result_value_enters_a_span_unless_the_tool_is_opted_in(
     arguments = {"user": "ann", "password": SECRET, "pin": "4321", "note": f"key {CREDENTIAL}"}
     gate.call(run, ToolCall(call_id="c1", tool="login", arguments=arguments))
     plain = dumped(otel.span("execute_tool login"))
-    assert "ann" not in plain and SECRET not in plain and "4321" not in plain
+    assert "ann" not in plain and SECRET not in plain and not re.search(PIN, plain)
     assert "tth_" not in plain
 
     telemetry.capture(["login"])
@@ -198,8 +204,9 @@ def test_no_argument_or_result_value_enters_a_span_unless_the_tool_is_opted_in(
     assert '"user":"ann"' in str(a["gen_ai.tool.call.arguments"])  # opted in: shown, masked
     assert "[REDACTED]" in str(a["gen_ai.tool.call.result"])
     everything = "".join(dumped(s) for s in otel.spans()) + otel.metrics_json()
-    for value in (SECRET, "4321", CREDENTIAL, "tth_"):
+    for value in (SECRET, CREDENTIAL, "tth_"):
         assert value not in everything, value
+    assert not re.search(PIN, everything)
 
 
 def test_metrics_count_calls_time_the_gate_apart_and_follow_approvals(
