@@ -221,6 +221,15 @@ MIGRATIONS: list[str] = [
     DROP TABLE IF EXISTS effect_counts;
     DROP FUNCTION IF EXISTS tether_effect_counts() CASCADE;
     """,
+    """
+    -- The status index holds pending approvals only (what the inbox lists): an approval used
+    -- by its call no longer writes an index entry. The call's latest approval is found in
+    -- index order, unsorted. (agent_effects_run stays: it orders a run's effects.)
+    DROP INDEX IF EXISTS approvals_status;
+    CREATE INDEX approvals_pending ON approvals (created_at) WHERE status = 'pending';
+    DROP INDEX IF EXISTS approvals_call;
+    CREATE INDEX approvals_call ON approvals (run_id, call_id, created_at);
+    """,
 ]
 
 # psycopg sends a script without parameters as one multi-statement query.

@@ -94,17 +94,20 @@ CAS_CHECKPOINT = (
 
 
 @cache
-def call_view_sql(approval_order: str) -> str:
+def call_view_sql(approval_order: str, count: bool = True) -> str:
     """The gate's one read per call (``Tx.call_view``): the run, the call's effect, the
     latest approval for the call (ordered as ``find_approval`` orders them) and how many
     effect rows the run has, counted (one index range; a count kept by a trigger is only as
     good as the trigger, which whoever edits rows can drop). The run and effect are LEFT JOINed
-    to a one-row FROM, so what is missing comes back as NULLs rather than as no row."""
+    to a one-row FROM, so what is missing comes back as NULLs rather than as no row. Without
+    ``count`` the last column only echoes its parameter (kept, so the parameters are the same
+    either way) and the caller already knows the count."""
+    counted = "(SELECT count(*) FROM agent_effects WHERE run_id = ?)" if count else "?"
     return (
         f"SELECT {RunRecord.columns('r')}, {Effect.columns('e')}, "
         "(SELECT record_json FROM approvals WHERE run_id = ? AND call_id = ? "
         f"ORDER BY created_at DESC, {approval_order} DESC LIMIT 1), "
-        "(SELECT count(*) FROM agent_effects WHERE run_id = ?) "
+        f"{counted} "
         "FROM (SELECT 1 AS one) AS one "
         "LEFT JOIN agent_runs r ON r.run_id = ? "
         "LEFT JOIN agent_effects e ON e.run_id = ? AND e.call_id = ?"
@@ -117,8 +120,9 @@ def approval_filter(
     """The WHERE clause (with ``mark`` as the placeholder) for listing approvals."""
     clauses, params = [], []
     if status is not None:
-        clauses.append(f"status = {mark}")
-        params.append(status.value)
+        # Written out, not bound: the planner can then use the index of pending approvals,
+        # whose WHERE it must see in the query. The value is the enum's own, never input.
+        clauses.append(f"status = '{ApprovalStatus(status).value}'")
     if run_id is not None:
         clauses.append(f"run_id = {mark}")
         params.append(run_id)
@@ -348,18 +352,25 @@ class SQLTx(Tx):
         return 0 if row is None else int(row[0])
 
     def call_view(self, run_id: str, call_id: str) -> CallView:
+        return self._call_view(run_id, call_id, None)
+
+    def _call_view(self, run_id: str, call_id: str, count: int | None) -> CallView:
+        """``call_view``, counting the run's effects unless ``count`` already says how many."""
         # One statement, one round trip: the gate reads this at every call.
         row = self._one(
-            call_view_sql(self.APPROVAL_ORDER), (run_id, call_id, run_id, run_id, run_id, call_id)
+            call_view_sql(self.APPROVAL_ORDER, count is None),
+            (run_id, call_id, run_id, run_id, run_id, call_id),
         )
         assert row is not None  # the FROM is one row, whatever the joins find
         run, effect = row[:RUN_WIDTH], row[RUN_WIDTH : RUN_WIDTH + EFFECT_WIDTH]
-        approval_json, count = row[RUN_WIDTH + EFFECT_WIDTH :]
+        approval_json, counted = row[RUN_WIDTH + EFFECT_WIDTH :]
+        if count is None:
+            count = 0 if counted is None else int(counted)
         return CallView(
             run=None if run[0] is None else RunRecord.from_row(run),
             effect=None if effect[0] is None else Effect.from_row(effect),
             approval=None if approval_json is None else approval_from_json(approval_json),
-            effect_count=0 if count is None else int(count),
+            effect_count=count,
         )
 
     def get_meta(self, key: str) -> str | None:

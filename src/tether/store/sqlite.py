@@ -23,10 +23,12 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from tether.core.ledger import Effect
 from tether.errors import (
     ConfigurationError,
     ReadOnlyStore,
@@ -38,10 +40,8 @@ from tether.evidence.audit import MAIN, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys
 from tether.store import migrations
 from tether.store.base import Tx
-from tether.store.sql import (
-    SQLStore,
-    SQLTx,
-)
+from tether.store.rows import CallView
+from tether.store.sql import INSERT_EFFECT, SQLStore, SQLTx
 from tether.store.urls import sqlite_url
 
 # Position in this list is the schema version; append, never edit (store/migrations.py says
@@ -205,15 +205,70 @@ MIGRATIONS: list[str] = [
     DROP TRIGGER IF EXISTS effect_counts_delete;
     DROP TABLE IF EXISTS effect_counts;
     """,
+    """
+    -- Fewer pages per call. agent_effects_call (run_id, call_id) answers every lookup by run,
+    -- so an index on run_id alone only cost a page at each insert. The status index holds
+    -- pending approvals only (what the inbox lists): an approval used by its call no longer
+    -- moves an index entry. The call's latest approval is found in index order, unsorted.
+    DROP INDEX IF EXISTS agent_effects_run;
+    DROP INDEX IF EXISTS approvals_status;
+    CREATE INDEX approvals_pending ON approvals (created_at) WHERE status = 'pending';
+    DROP INDEX IF EXISTS approvals_call;
+    CREATE INDEX approvals_call ON approvals (run_id, call_id, created_at);
+    """,
 ]
 
 
+@dataclass
+class Known:
+    """What this connection knows the file holds, because it wrote it: the audit chain's head
+    and some runs' effect counts, as of ``version`` (``PRAGMA data_version``). SQLite changes
+    that number for a connection whenever *another* connection commits to the file, and never
+    for its own commits, so while it stands nothing but this connection's own transactions has
+    touched a row since: re-reading the head, or counting a run's effect rows to see whether
+    one was deleted behind tether's back (an O(effects) scan at every call), would only find
+    what is already known. Any other writer (a second process, ``sqlite3`` at a shell, an
+    edit) moves the number, and the next transaction reads and counts again."""
+
+    version: int
+    head: AuditHead | None = None  # None: not known (a chain with no entry is read too)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
 class SQLiteTx(SQLTx):
-    """One chain of audit entries; its head follows every append by trigger."""
+    """One chain of audit entries; its head follows every append by trigger. ``known`` is
+    what the transaction may take as read (``Known``); it is kept up to date as the
+    transaction writes, and becomes the store's when it commits."""
+
+    def __init__(self, conn: Any, keys: AuditKeys, known: Known) -> None:
+        super().__init__(conn, keys)
+        self.known = known
 
     def _audit_head(self, chain: str) -> AuditHead | None:
+        if self.known.head is not None:
+            return self.known.head
         row = self.c.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
-        return None if row is None else AuditHead(row[0], row[1])
+        head = None if row is None else AuditHead(row[0], row[1])
+        self.known.head = head
+        return head
+
+    def call_view(self, run_id: str, call_id: str) -> CallView:
+        view = self._call_view(run_id, call_id, self.known.counts.get(run_id))
+        self.known.counts[run_id] = view.effect_count
+        return view
+
+    def count_effects(self, run_id: str) -> int:
+        count = self.known.counts.get(run_id)
+        if count is None:
+            count = self.known.counts[run_id] = super().count_effects(run_id)
+        return count
+
+    def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool:
+        inserted = self._changed(INSERT_EFFECT, cells)
+        count = self.known.counts.get(effect.run_id)
+        if inserted and count is not None:
+            self.known.counts[effect.run_id] = count + 1
+        return inserted
 
     def _insert_audit(self, entry: AuditEntry) -> None:
         self.c.execute(
@@ -232,7 +287,7 @@ class SQLiteTx(SQLTx):
         )
 
     def _set_audit_head(self, chain: str, head: AuditHead) -> None:
-        pass  # the audit_head_follows trigger has already done it
+        self.known.head = head  # the audit_head_follows trigger has written it
 
     def _unkeyed_audit(self) -> list[tuple[str, int, str]]:
         rows = self.c.execute("SELECT seq, hash FROM audit_log WHERE mac IS NULL").fetchall()
@@ -329,6 +384,7 @@ class SQLiteStore(SQLStore):
             raise StoreMissing(f"no tether store at {where}; check --db or $TETHER_DB")
         self._conn = self._connect(mode, busy_timeout_s)
         self._lock = threading.RLock()
+        self._known: Known | None = None  # see Known; nothing until a write commits
         try:
             if read_only:
                 self._check_schema()
@@ -398,6 +454,7 @@ class SQLiteStore(SQLStore):
                 self._conn.execute("BEGIN IMMEDIATE")  # one migrator at a time
             except sqlite3.OperationalError as e:
                 raise StoreError(f"cannot migrate {self.path}: {e}; try again shortly") from e
+            self._known = None  # a migration rewrites what any transaction learned
             try:
                 version = migrations.migrate(self._execute, SQLITE, self.path)
                 self._conn.execute("COMMIT")
@@ -424,8 +481,15 @@ class SQLiteStore(SQLStore):
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
                 raise StoreError(f"cannot start a transaction on {self.path}: {e}") from e
+            # Taken (not copied): whatever happens below, the store knows nothing more until
+            # this transaction commits what it has learned.
+            known, self._known = self._known, None
             try:
-                yield SQLiteTx(self._conn, self.keys)
+                version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+                if known is None or known.version != version:
+                    known = Known(version)  # another connection wrote: read everything again
+                tx = SQLiteTx(self._conn, self.keys, known)
+                yield tx
             except sqlite3.Error as e:
                 self._rollback()
                 # The driver's own words keep the cause ("database or disk is full").
@@ -438,6 +502,7 @@ class SQLiteStore(SQLStore):
             except sqlite3.Error as e:
                 self._rollback()
                 raise StoreError(f"commit failed on {self.path}: {e}; nothing was written") from e
+            self._known = tx.known
 
     def _rollback(self) -> None:
         # SQLite rolls back by itself on some errors (a full disk, for one); a second
@@ -450,7 +515,8 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                yield SQLiteTx(self._conn, self.keys)
+                # What a read learns is not kept: only commits keep the store's Known.
+                yield SQLiteTx(self._conn, self.keys, Known(-1))
             except sqlite3.DatabaseError as e:
                 raise self._unreadable(e) from None
             finally:

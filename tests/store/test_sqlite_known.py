@@ -1,0 +1,128 @@
+"""What a SQLite store takes as known between its own transactions (``tether.store.sqlite.
+Known``): the audit head and each run's effect count, kept only while no other connection
+has committed to the file. Each test watches the statements the store sends, so a cache that
+outlived another writer, or a count that was never skipped, fails here."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tether import Gate, Policy, Principal, Registry, ToolCall
+from tether.errors import IntegrityError
+from tether.store import SQLiteStore
+
+USER = Principal(subject="user-1", tenant="acme", scopes=frozenset())
+
+
+def registry() -> Registry:
+    tools = Registry()
+
+    @tools.tool()
+    def lookup(q: str) -> dict[str, str]:
+        """Look something up."""
+        return {"q": q}
+
+    return tools
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(f"sqlite:///{tmp_path}/t.db?synchronous=normal")
+    yield s
+    s.close()
+
+
+def call(n: int) -> ToolCall:
+    return ToolCall(call_id=f"c{n}", tool="lookup", arguments={"q": f"T-{n}"})
+
+
+def sent(store: SQLiteStore, gate: Gate, run_id: str, n: int) -> list[str]:
+    """The statements one call sends, lower-cased."""
+    statements: list[str] = []
+    store._conn.set_trace_callback(lambda s: statements.append(s.lower()))
+    try:
+        gate.call(run_id, call(n))
+    finally:
+        store._conn.set_trace_callback(None)
+    return statements
+
+
+def counts(statements: list[str]) -> int:
+    return sum("count(*)" in s for s in statements)
+
+
+def head_reads(statements: list[str]) -> int:
+    return sum("from audit_head" in s for s in statements)
+
+
+def outside(store: SQLiteStore, statement: str, params: tuple[str, ...] = ()) -> None:
+    """A commit by another connection, as anyone with the file could make."""
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        conn.execute(statement, params)
+        conn.commit()
+
+
+def test_a_lone_writer_counts_and_reads_the_head_once(store: SQLiteStore) -> None:
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    first = sent(store, gate, run_id, 1)
+    assert counts(first) == 1
+    for n in range(2, 6):
+        later = sent(store, gate, run_id, n)
+        assert counts(later) == 0 and head_reads(later) == 0, later
+    with store.read() as tx:
+        assert tx.count_effects(run_id) == 5  # what was skipped is what is there
+    assert store.verify_audit().intact
+
+
+def test_another_connections_commit_makes_the_next_call_count_again(store: SQLiteStore) -> None:
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    sent(store, gate, run_id, 1)
+    outside(store, "INSERT INTO tether_meta (key, value) VALUES ('note', 'x')")
+    again = sent(store, gate, run_id, 2)
+    assert counts(again) == 1 and head_reads(again) == 1
+
+
+def test_an_effect_deleted_while_the_store_is_open_is_still_caught(store: SQLiteStore) -> None:
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    for n in range(1, 4):
+        gate.call(run_id, call(n))
+    outside(store, "DELETE FROM agent_effects WHERE call_id = ?", ("c2",))
+    with pytest.raises(IntegrityError, match="ledger holds 2"):
+        gate.call(run_id, call(2))
+
+
+def test_a_transaction_that_fails_leaves_nothing_known(store: SQLiteStore) -> None:
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    sent(store, gate, run_id, 1)
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        tx.count_effects(run_id)
+        raise RuntimeError("abandoned")
+    assert counts(sent(store, gate, run_id, 2)) == 1
+
+
+def test_two_stores_on_one_file_keep_one_chain(tmp_path: Path) -> None:
+    """Each store's commits move the other's data_version: alternating calls never link an
+    entry to a head the other has moved past (that would fork the chain or reuse a seq)."""
+    url = f"sqlite:///{tmp_path}/t.db?synchronous=normal"
+    a, b = SQLiteStore(url), SQLiteStore(url)
+    try:
+        gate_a = Gate(registry(), Policy(version="p1"), a)
+        gate_b = Gate(registry(), Policy(version="p1"), b)
+        run_id = gate_a.start_run(USER)
+        for n in range(1, 9):
+            (gate_a if n % 2 else gate_b).call(run_id, call(n))
+        assert a.verify_audit().intact and b.verify_audit().intact
+        with a.read() as tx:
+            assert tx.count_effects(run_id) == 8
+    finally:
+        a.close()
+        b.close()
