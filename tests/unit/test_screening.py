@@ -134,10 +134,17 @@ _PIECES = [
     *("<|assistant|>", "[inst]", "[/INST]", "[system]", "system prompt", "sYsTeM PrOmPt"),
     *(" ", "\n", "x", "a", "<", "[", "|", ">", "]", "/", "s", "\t"),
 ]
-ascii_text = st.lists(
-    st.sampled_from(_PIECES) | st.text(st.characters(max_codepoint=127), max_size=4),
-    max_size=8,
-).map("".join)
+
+
+def joined(pieces: list[str], max_size: int) -> st.SearchStrategy[str]:
+    """ASCII text made of ``pieces`` and short random runs between them."""
+    return st.lists(
+        st.sampled_from(pieces) | st.text(st.characters(max_codepoint=127), max_size=4),
+        max_size=max_size,
+    ).map("".join)
+
+
+ascii_text = joined(_PIECES, 8)
 
 
 @given(ascii_text)
@@ -155,10 +162,7 @@ _FRAMING_PIECES = [
     *(", please", ": you must", "do not ", "don't ", "never ", "tell ", "without ", "user"),
     *("telling ", "information", "admin", "notice ", "from ", " ", "\n", "\t", "x"),
 ]
-framing_text = st.lists(
-    st.sampled_from(_FRAMING_PIECES) | st.text(st.characters(max_codepoint=127), max_size=4),
-    max_size=10,
-).map("".join)
+framing_text = joined(_FRAMING_PIECES, 10)
 
 
 @given(framing_text)
