@@ -15,6 +15,7 @@ import pytest
 from tether import Gate, Policy, Principal, Registry, ToolCall
 from tether.errors import IntegrityError
 from tether.store import SQLiteStore
+from tether.store import sqlite as sqlite_store
 
 USER = Principal(subject="user-1", tenant="acme", scopes=frozenset())
 
@@ -126,3 +127,16 @@ def test_two_stores_on_one_file_keep_one_chain(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_the_counts_kept_are_bounded(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "KNOWN_RUNS_MAX", 3)
+    gate = Gate(registry(), Policy(version="p1"), store)
+    runs = [gate.start_run(USER) for _ in range(5)]
+    for run_id in runs:
+        gate.call(run_id, call(1))
+    assert store._known is not None and len(store._known.counts) <= 3
+    for run_id in runs:  # a forgotten run is counted again and judged as before
+        gate.call(run_id, call(2))
+    with store.read() as tx:
+        assert [tx.count_effects(r) for r in runs] == [2] * 5

@@ -234,6 +234,15 @@ class Known:
     head: AuditHead | None = None  # None: not known (a chain with no entry is read too)
     counts: dict[str, int] = field(default_factory=dict)
 
+    def count(self, run_id: str, n: int) -> None:
+        if len(self.counts) >= KNOWN_RUNS_MAX and run_id not in self.counts:
+            self.counts.clear()  # bounded: a run forgotten is counted again, nothing worse
+        self.counts[run_id] = n
+
+
+# How many runs' effect counts a store keeps (a long-lived server touches many runs).
+KNOWN_RUNS_MAX = 4096
+
 
 class SQLiteTx(SQLTx):
     """One chain of audit entries; its head follows every append by trigger. ``known`` is
@@ -254,13 +263,14 @@ class SQLiteTx(SQLTx):
 
     def call_view(self, run_id: str, call_id: str) -> CallView:
         view = self._call_view(run_id, call_id, self.known.counts.get(run_id))
-        self.known.counts[run_id] = view.effect_count
+        self.known.count(run_id, view.effect_count)
         return view
 
     def count_effects(self, run_id: str) -> int:
         count = self.known.counts.get(run_id)
         if count is None:
-            count = self.known.counts[run_id] = super().count_effects(run_id)
+            count = super().count_effects(run_id)
+            self.known.count(run_id, count)
         return count
 
     def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool:
