@@ -15,7 +15,7 @@ import pytest
 from tether import Gate, Policy, Principal, Registry, ToolCall
 from tether.errors import IntegrityError
 from tether.store import SQLiteStore
-from tether.store import sqlite as sqlite_store
+from tether.store import known as known_module
 
 USER = Principal(subject="user-1", tenant="acme", scopes=frozenset())
 
@@ -130,7 +130,7 @@ def test_two_stores_on_one_file_keep_one_chain(tmp_path: Path) -> None:
 
 
 def test_the_counts_kept_are_bounded(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_store, "KNOWN_RUNS_MAX", 3)
+    monkeypatch.setattr(known_module, "KNOWN_RUNS_MAX", 3)
     gate = Gate(registry(), Policy(version="p1"), store)
     runs = [gate.start_run(USER) for _ in range(5)]
     for run_id in runs:
@@ -140,3 +140,40 @@ def test_the_counts_kept_are_bounded(store: SQLiteStore, monkeypatch: pytest.Mon
         gate.call(run_id, call(2))
     with store.read() as tx:
         assert [tx.count_effects(r) for r in runs] == [2] * 5
+
+
+def test_a_planted_trigger_that_deletes_inside_tethers_own_writes_is_still_caught(
+    store: SQLiteStore,
+) -> None:
+    """One outside commit plants the trigger; every deletion after it happens inside the
+    store's own transactions, which never move data_version. A store with a trigger that is
+    not tether's knows nothing, and counts at every call."""
+    ran: list[str] = []
+    tools = Registry()
+
+    @tools.tool()
+    def lookup(q: str) -> dict[str, str]:
+        """Look something up."""
+        ran.append(q)
+        return {"q": q}
+
+    gate = Gate(tools, Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    gate.call(run_id, call(1))
+    outside(
+        store,
+        "CREATE TRIGGER evil AFTER INSERT ON agent_effects WHEN NEW.call_id = 'c2' "
+        "BEGIN DELETE FROM agent_effects WHERE call_id = 'c1'; END",
+    )
+    gate.call(run_id, call(2))
+    assert store._known is None
+    with pytest.raises(IntegrityError, match="ledger holds 1"):
+        gate.call(run_id, call(1))
+    assert ran == ["T-1", "T-2"]
+
+
+def test_a_store_with_only_tethers_own_triggers_knows(store: SQLiteStore) -> None:
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    gate.call(run_id, call(1))
+    assert store._known is not None and store._known.counts == {run_id: 1}

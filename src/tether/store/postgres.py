@@ -222,11 +222,15 @@ MIGRATIONS: list[str] = [
     DROP FUNCTION IF EXISTS tether_effect_counts() CASCADE;
     """,
     """
-    -- The status index holds pending approvals only (what the inbox lists): an approval used
-    -- by its call no longer writes an index entry. The call's latest approval is found in
-    -- index order, unsorted. (agent_effects_run stays: it orders a run's effects.)
+    -- The status index becomes one partial index per status anything lists often (the
+    -- inbox: pending; the Temporal waker: approved, denied, edited): an approval used by its
+    -- call writes no index entry. The call's latest approval is found in index order,
+    -- unsorted. (agent_effects_run stays: it orders a run's effects.)
     DROP INDEX IF EXISTS approvals_status;
     CREATE INDEX approvals_pending ON approvals (created_at) WHERE status = 'pending';
+    CREATE INDEX approvals_approved ON approvals (created_at) WHERE status = 'approved';
+    CREATE INDEX approvals_denied ON approvals (created_at) WHERE status = 'denied';
+    CREATE INDEX approvals_edited ON approvals (created_at) WHERE status = 'edited';
     DROP INDEX IF EXISTS approvals_call;
     CREATE INDEX approvals_call ON approvals (run_id, call_id, created_at);
     """,

@@ -120,8 +120,9 @@ def approval_filter(
     """The WHERE clause (with ``mark`` as the placeholder) for listing approvals."""
     clauses, params = [], []
     if status is not None:
-        # Written out, not bound: the planner can then use the index of pending approvals,
-        # whose WHERE it must see in the query. The value is the enum's own, never input.
+        # Written out, not bound: a partial index (one per status listed often) is then
+        # usable whatever the planner makes of a bound value (PostgreSQL's generic plans
+        # cannot use one). The value is the enum's own, never input.
         clauses.append(f"status = '{ApprovalStatus(status).value}'")
     if run_id is not None:
         clauses.append(f"run_id = {mark}")

@@ -17,13 +17,13 @@ a short SQL statement.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -40,6 +40,7 @@ from tether.evidence.audit import MAIN, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys
 from tether.store import migrations
 from tether.store.base import Tx
+from tether.store.known import Known, schema_code
 from tether.store.rows import CallView
 from tether.store.sql import INSERT_EFFECT, SQLStore, SQLTx
 from tether.store.urls import sqlite_url
@@ -207,77 +208,76 @@ MIGRATIONS: list[str] = [
     """,
     """
     -- Fewer pages per call. agent_effects_call (run_id, call_id) answers every lookup by run,
-    -- so an index on run_id alone only cost a page at each insert. The status index holds
-    -- pending approvals only (what the inbox lists): an approval used by its call no longer
-    -- moves an index entry. The call's latest approval is found in index order, unsorted.
+    -- so an index on run_id alone only cost a page at each insert. The status index becomes
+    -- one partial index per status anything lists often (the inbox: pending; the Temporal
+    -- waker: approved, denied, edited): an approval used by its call leaves one and enters
+    -- none, where it moved between two places of one index; used and expired ones, which
+    -- only grow, are indexed by nothing. The call's latest approval is found in index order.
     DROP INDEX IF EXISTS agent_effects_run;
     DROP INDEX IF EXISTS approvals_status;
     CREATE INDEX approvals_pending ON approvals (created_at) WHERE status = 'pending';
+    CREATE INDEX approvals_approved ON approvals (created_at) WHERE status = 'approved';
+    CREATE INDEX approvals_denied ON approvals (created_at) WHERE status = 'denied';
+    CREATE INDEX approvals_edited ON approvals (created_at) WHERE status = 'edited';
     DROP INDEX IF EXISTS approvals_call;
     CREATE INDEX approvals_call ON approvals (run_id, call_id, created_at);
     """,
 ]
 
 
-@dataclass
-class Known:
-    """What this connection knows the file holds, because it wrote it: the audit chain's head
-    and some runs' effect counts, as of ``version`` (``PRAGMA data_version``). SQLite changes
-    that number for a connection whenever *another* connection commits to the file, and never
-    for its own commits, so while it stands nothing but this connection's own transactions has
-    touched a row since: re-reading the head, or counting a run's effect rows to see whether
-    one was deleted behind tether's back (an O(effects) scan at every call), would only find
-    what is already known. Any other writer (a second process, ``sqlite3`` at a shell, an
-    edit) moves the number, and the next transaction reads and counts again."""
-
-    version: int
-    head: AuditHead | None = None  # None: not known (a chain with no entry is read too)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def count(self, run_id: str, n: int) -> None:
-        if len(self.counts) >= KNOWN_RUNS_MAX and run_id not in self.counts:
-            self.counts.clear()  # bounded: a run forgotten is counted again, nothing worse
-        self.counts[run_id] = n
-
-
-# How many runs' effect counts a store keeps (a long-lived server touches many runs).
-KNOWN_RUNS_MAX = 4096
+@functools.cache
+def _migrated_code() -> frozenset[tuple[str, str, str]]:
+    """The triggers and views the migrations make (in a scratch database in memory)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        migrations.migrate(lambda sql, params: conn.execute(sql, params or ()), SQLITE, ":memory:")
+        return schema_code(conn)
+    finally:
+        conn.close()
 
 
 class SQLiteTx(SQLTx):
     """One chain of audit entries; its head follows every append by trigger. ``known`` is
-    what the transaction may take as read (``Known``); it is kept up to date as the
-    transaction writes, and becomes the store's when it commits."""
+    what the transaction may take as read (``Known``), None if nothing may be; it is kept up
+    to date as the transaction writes, and becomes the store's when it commits."""
 
-    def __init__(self, conn: Any, keys: AuditKeys, known: Known) -> None:
+    def __init__(self, conn: Any, keys: AuditKeys, known: Known | None = None) -> None:
         super().__init__(conn, keys)
         self.known = known
 
     def _audit_head(self, chain: str) -> AuditHead | None:
-        if self.known.head is not None:
-            return self.known.head
+        known = self.known
+        if known is not None and known.head is not None:
+            return known.head
         row = self.c.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
         head = None if row is None else AuditHead(row[0], row[1])
-        self.known.head = head
+        if known is not None:
+            known.head = head
         return head
 
     def call_view(self, run_id: str, call_id: str) -> CallView:
-        view = self._call_view(run_id, call_id, self.known.counts.get(run_id))
-        self.known.count(run_id, view.effect_count)
+        known = self.known
+        if known is None:
+            return super().call_view(run_id, call_id)
+        view = self._call_view(run_id, call_id, known.counts.get(run_id))
+        known.count(run_id, view.effect_count)
         return view
 
     def count_effects(self, run_id: str) -> int:
-        count = self.known.counts.get(run_id)
+        known = self.known
+        count = None if known is None else known.counts.get(run_id)
         if count is None:
             count = super().count_effects(run_id)
-            self.known.count(run_id, count)
+            if known is not None:
+                known.count(run_id, count)
         return count
 
     def _insert_effect(self, effect: Effect, cells: tuple[Any, ...]) -> bool:
         inserted = self._changed(INSERT_EFFECT, cells)
-        count = self.known.counts.get(effect.run_id)
-        if inserted and count is not None:
-            self.known.counts[effect.run_id] = count + 1
+        known = self.known
+        count = None if known is None else known.counts.get(effect.run_id)
+        if inserted and known is not None and count is not None:
+            known.counts[effect.run_id] = count + 1
         return inserted
 
     def _insert_audit(self, entry: AuditEntry) -> None:
@@ -297,7 +297,8 @@ class SQLiteTx(SQLTx):
         )
 
     def _set_audit_head(self, chain: str, head: AuditHead) -> None:
-        self.known.head = head  # the audit_head_follows trigger has written it
+        if self.known is not None:
+            self.known.head = head  # the audit_head_follows trigger has written it
 
     def _unkeyed_audit(self) -> list[tuple[str, int, str]]:
         rows = self.c.execute("SELECT seq, hash FROM audit_log WHERE mac IS NULL").fetchall()
@@ -497,7 +498,9 @@ class SQLiteStore(SQLStore):
             try:
                 version = self._conn.execute("PRAGMA data_version").fetchone()[0]
                 if known is None or known.version != version:
-                    known = Known(version)  # another connection wrote: read everything again
+                    # Another connection wrote (or nothing is known yet): read everything
+                    # again, and know nothing at all unless the schema is tether's own.
+                    known = Known(version) if self._own_schema() else None
                 tx = SQLiteTx(self._conn, self.keys, known)
                 yield tx
             except sqlite3.Error as e:
@@ -514,6 +517,11 @@ class SQLiteStore(SQLStore):
                 raise StoreError(f"commit failed on {self.path}: {e}; nothing was written") from e
             self._known = tx.known
 
+    def _own_schema(self) -> bool:
+        """Whether the file's triggers and views are exactly those tether's migrations make
+        (``Known`` says why that matters)."""
+        return schema_code(self._conn) == _migrated_code()
+
     def _rollback(self) -> None:
         # SQLite rolls back by itself on some errors (a full disk, for one); a second
         # ROLLBACK would then raise "no transaction is active" and hide the real cause.
@@ -525,8 +533,7 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self._conn.execute("BEGIN")
             try:
-                # What a read learns is not kept: only commits keep the store's Known.
-                yield SQLiteTx(self._conn, self.keys, Known(-1))
+                yield SQLiteTx(self._conn, self.keys)  # a read learns nothing that is kept
             except sqlite3.DatabaseError as e:
                 raise self._unreadable(e) from None
             finally:
