@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -142,12 +142,40 @@ def test_the_counts_kept_are_bounded(store: SQLiteStore, monkeypatch: pytest.Mon
         assert [tx.count_effects(r) for r in runs] == [2] * 5
 
 
-def test_a_planted_trigger_that_deletes_inside_tethers_own_writes_is_still_caught(
-    store: SQLiteStore,
+def plant_trigger(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TRIGGER evil AFTER INSERT ON agent_effects WHEN NEW.call_id = 'c2' "
+        "BEGIN DELETE FROM agent_effects WHERE call_id = 'c1'; END"
+    )
+
+
+def rebuild_with_replace(conn: sqlite3.Connection) -> None:
+    """agent_effects again, with a constraint whose REPLACE deletes c1's row when tether's
+    own UPDATE settles c2 (both 'committed' in one run): no trigger, no view."""
+    (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'agent_effects'").fetchone()
+    rebuilt = sql.rstrip().rstrip(")") + ", UNIQUE (run_id, status) ON CONFLICT REPLACE)"
+    indexes = [
+        r[0]
+        for r in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'agent_effects' "
+            "AND sql IS NOT NULL"
+        )
+    ]
+    conn.execute(rebuilt.replace("agent_effects", "agent_effects_new", 1))
+    conn.execute("INSERT INTO agent_effects_new SELECT * FROM agent_effects")
+    conn.execute("DROP TABLE agent_effects")
+    conn.execute("ALTER TABLE agent_effects_new RENAME TO agent_effects")
+    for statement in indexes:
+        conn.execute(statement)
+
+
+@pytest.mark.parametrize("change", [plant_trigger, rebuild_with_replace])
+def test_a_schema_that_deletes_inside_tethers_own_writes_is_still_caught(
+    store: SQLiteStore, change: Callable[[sqlite3.Connection], None]
 ) -> None:
-    """One outside commit plants the trigger; every deletion after it happens inside the
-    store's own transactions, which never move data_version. A store with a trigger that is
-    not tether's knows nothing, and counts at every call."""
+    """One outside commit changes the schema; every deletion after it happens inside the
+    store's own statements, which never move data_version. A store whose schema is not
+    tether's own knows nothing, and counts at every call."""
     ran: list[str] = []
     tools = Registry()
 
@@ -160,11 +188,9 @@ def test_a_planted_trigger_that_deletes_inside_tethers_own_writes_is_still_caugh
     gate = Gate(tools, Policy(version="p1"), store)
     run_id = gate.start_run(USER)
     gate.call(run_id, call(1))
-    outside(
-        store,
-        "CREATE TRIGGER evil AFTER INSERT ON agent_effects WHEN NEW.call_id = 'c2' "
-        "BEGIN DELETE FROM agent_effects WHERE call_id = 'c1'; END",
-    )
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        change(conn)
+        conn.commit()
     gate.call(run_id, call(2))
     assert store._known is None
     with pytest.raises(IntegrityError, match="ledger holds 1"):

@@ -20,14 +20,16 @@ class Known:
     what is already known. Any other writer (a second process, ``sqlite3`` at a shell, an
     edit) moves the number, and the next transaction reads and counts again.
 
-    "Its own statements" holds only while the file has no trigger or view but tether's: a
-    trigger someone planted (one commit, which moves the number once) would otherwise delete
-    rows *inside* tether's transactions, which never move it. So a Known is only made after
-    the file's triggers and views are found to be exactly the migrations'
-    (``SQLiteStore._own_schema``); while they are not, every transaction reads and counts, as
-    if nothing were known. Bytes written into the file without SQLite are outside this, as
-    they are outside SQLite's own page cache; ``tether audit verify`` reads everything
-    afresh."""
+    "Its own statements" holds only while the file's schema is tether's: a trigger someone
+    planted, or a table rebuilt with ``ON CONFLICT REPLACE`` (one commit, which moves the
+    number once), would otherwise delete rows *inside* tether's own statements, which never
+    move it. So a Known is only made after the file's whole schema — every table, index,
+    trigger and view, as ``sqlite_master`` holds it — is found to be exactly what the
+    migrations make (``SQLiteStore._own_schema``); while it is not (an extra index, a file
+    another SQLite version worded differently), every transaction reads and counts, as if
+    nothing were known: slower, never less safe. Bytes written into the file without SQLite
+    are outside this, as they are outside SQLite's own page cache; ``tether audit verify``
+    reads everything afresh."""
 
     version: int
     head: AuditHead | None = None  # None: not known (a chain with no entry is read too)
@@ -43,9 +45,12 @@ class Known:
 KNOWN_RUNS_MAX = 4096
 
 
-def schema_code(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str]]:
-    """The file's triggers and views, as (type, name, sql): whatever runs inside a write."""
+def schema_code(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str, str]]:
+    """The file's schema as (type, name, table, sql), every table, index, trigger and view:
+    what decides what a write does besides the write itself. SQLite's own bookkeeping tables
+    (``sqlite_stat1`` after ANALYZE, ``sqlite_sequence``) change no row and are left out."""
     rows = conn.execute(
-        "SELECT type, name, sql FROM sqlite_master WHERE type IN ('trigger', 'view')"
+        "SELECT type, name, tbl_name, sql FROM sqlite_master "
+        "WHERE NOT (type = 'table' AND name LIKE 'sqlite\\_%' ESCAPE '\\')"
     ).fetchall()
-    return frozenset((str(t), str(n), str(q)) for t, n, q in rows)
+    return frozenset((str(t), str(n), str(b), str(q)) for t, n, b, q in rows)

@@ -226,8 +226,8 @@ MIGRATIONS: list[str] = [
 
 
 @functools.cache
-def _migrated_code() -> frozenset[tuple[str, str, str]]:
-    """The triggers and views the migrations make (in a scratch database in memory)."""
+def _migrated_code() -> frozenset[tuple[str, str, str, str]]:
+    """The schema the migrations make (``schema_code`` of a scratch database in memory)."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
         migrations.migrate(lambda sql, params: conn.execute(sql, params or ()), SQLITE, ":memory:")
@@ -518,8 +518,8 @@ class SQLiteStore(SQLStore):
             self._known = tx.known
 
     def _own_schema(self) -> bool:
-        """Whether the file's triggers and views are exactly those tether's migrations make
-        (``Known`` says why that matters)."""
+        """Whether the file's schema is exactly the one tether's migrations make (``Known``
+        says why that matters)."""
         return schema_code(self._conn) == _migrated_code()
 
     def _rollback(self) -> None:
