@@ -203,3 +203,52 @@ def test_a_store_with_only_tethers_own_triggers_knows(store: SQLiteStore) -> Non
     run_id = gate.start_run(USER)
     gate.call(run_id, call(1))
     assert store._known is not None and store._known.counts == {run_id: 1}
+
+
+def hide_by_writable_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("DELETE FROM sqlite_master WHERE name = 'evil'")
+    conn.execute("PRAGMA writable_schema = OFF")
+
+
+def hide_by_cookie(conn: sqlite3.Connection) -> None:
+    (version,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("DROP TRIGGER evil")
+    conn.commit()
+    conn.execute(f"PRAGMA schema_version = {version}")
+
+
+@pytest.mark.parametrize("hide", [hide_by_writable_schema, hide_by_cookie])
+def test_a_trigger_the_store_parsed_is_not_forgotten_when_its_text_is_hidden(
+    store: SQLiteStore, hide: Callable[[sqlite3.Connection], None]
+) -> None:
+    """The trigger is planted, parsed by the store at its next call, then its text taken out
+    of sqlite_master without the schema cookie moving: the text reads clean while the
+    connection would still run the trigger. The store re-parses before it compares."""
+    ran: list[str] = []
+    tools = Registry()
+
+    @tools.tool()
+    def lookup(q: str) -> dict[str, str]:
+        """Look something up."""
+        ran.append(q)
+        return {"q": q}
+
+    gate = Gate(tools, Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    gate.call(run_id, call(1))
+    outside(
+        store,
+        "CREATE TRIGGER evil AFTER INSERT ON agent_effects WHEN NEW.call_id = 'c3' "
+        "BEGIN DELETE FROM agent_effects WHERE call_id = 'c1'; END",
+    )
+    gate.call(run_id, call(2))  # parses the schema, trigger and all
+    with contextlib.closing(sqlite3.connect(store.path, isolation_level=None)) as conn:
+        hide(conn)
+    gate.call(run_id, call(3))
+    with store.read() as tx:
+        deleted = tx.count_effects(run_id) == 2
+    if deleted:  # the trigger ran: the count must not believe otherwise
+        with pytest.raises(IntegrityError, match="ledger holds 2"):
+            gate.call(run_id, call(1))
+    assert ran == ["T-1", "T-2", "T-3"]

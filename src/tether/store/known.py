@@ -25,9 +25,10 @@ class Known:
     number once), would otherwise delete rows *inside* tether's own statements, which never
     move it. So a Known is only made after the file's whole schema — every table, index,
     trigger and view, as ``sqlite_master`` holds it — is found to be exactly what the
-    migrations make (``SQLiteStore._own_schema``); while it is not (an extra index, a file
-    another SQLite version worded differently), every transaction reads and counts, as if
-    nothing were known: slower, never less safe. Bytes written into the file without SQLite
+    migrations make, re-parsed first (``SQLiteStore._own_schema``: a schema parsed before
+    the text was put back would still run); while it is not (an extra index, a file another
+    SQLite version worded differently), every transaction reads and counts, as if nothing
+    were known: slower, never less safe. Bytes written into the file without SQLite
     are outside this, as they are outside SQLite's own page cache; ``tether audit verify``
     reads everything afresh."""
 

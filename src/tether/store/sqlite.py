@@ -519,7 +519,18 @@ class SQLiteStore(SQLStore):
 
     def _own_schema(self) -> bool:
         """Whether the file's schema is exactly the one tether's migrations make (``Known``
-        says why that matters)."""
+        says why that matters), as the connection will run it. The connection re-parses its
+        schema only when the file's schema cookie moves, and whoever writes the file can put
+        the cookie back (or edit ``sqlite_master`` with ``writable_schema``): a trigger parsed
+        earlier would then still run while the text reads clean. ``writable_schema=RESET``
+        (SQLite 3.40 here; older ones, or a refusal, know nothing) makes it parse the text
+        again before the text is compared."""
+        if sqlite3.sqlite_version_info < (3, 40, 0):
+            return False
+        try:
+            self._conn.execute("PRAGMA writable_schema = RESET")
+        except sqlite3.Error:
+            return False
         return schema_code(self._conn) == _migrated_code()
 
     def _rollback(self) -> None:
