@@ -87,7 +87,30 @@ def test_another_connections_commit_makes_the_next_call_count_again(store: SQLit
     sent(store, gate, run_id, 1)
     outside(store, "INSERT INTO tether_meta (key, value) VALUES ('note', 'x')")
     again = sent(store, gate, run_id, 2)
-    assert counts(again) == 1 and head_reads(again) == 1
+    assert counts(again) == 1 and head_reads(again) >= 1
+    sent(store, gate, run_id, 3)  # the file quiet since: known again, from what it reads
+    quiet = sent(store, gate, run_id, 4)
+    assert counts(quiet) == 0 and head_reads(quiet) == 0
+
+
+def test_a_file_another_process_keeps_writing_is_never_schema_checked(
+    store: SQLiteStore,
+) -> None:
+    """Between each pair of the store's transactions another connection commits: knowing
+    would never outlast one transaction, so the schema is not re-parsed to know it."""
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    statements: list[str] = []
+    for n in range(1, 4):
+        outside(store, "INSERT OR REPLACE INTO tether_meta (key, value) VALUES ('n', ?)", (str(n),))
+        store._conn.set_trace_callback(statements.append)
+        try:
+            with store.transaction() as tx:
+                tx.count_effects(run_id)
+        finally:
+            store._conn.set_trace_callback(None)
+    assert not any("writable_schema" in s.lower() for s in statements), statements
+    assert sum("count(*)" in s for s in statements) == 3  # and it counted every time
 
 
 def test_an_effect_deleted_while_the_store_is_open_is_still_caught(store: SQLiteStore) -> None:
@@ -135,7 +158,7 @@ def test_the_counts_kept_are_bounded(store: SQLiteStore, monkeypatch: pytest.Mon
     runs = [gate.start_run(USER) for _ in range(5)]
     for run_id in runs:
         gate.call(run_id, call(1))
-    assert store._known is not None and len(store._known.counts) <= 3
+    assert store._knowledge.known is not None and len(store._knowledge.known.counts) <= 3
     for run_id in runs:  # a forgotten run is counted again and judged as before
         gate.call(run_id, call(2))
     with store.read() as tx:
@@ -192,7 +215,7 @@ def test_a_schema_that_deletes_inside_tethers_own_writes_is_still_caught(
         change(conn)
         conn.commit()
     gate.call(run_id, call(2))
-    assert store._known is None
+    assert store._knowledge.known is None
     with pytest.raises(IntegrityError, match="ledger holds 1"):
         gate.call(run_id, call(1))
     assert ran == ["T-1", "T-2"]
@@ -202,7 +225,7 @@ def test_a_store_with_only_tethers_own_triggers_knows(store: SQLiteStore) -> Non
     gate = Gate(registry(), Policy(version="p1"), store)
     run_id = gate.start_run(USER)
     gate.call(run_id, call(1))
-    assert store._known is not None and store._known.counts == {run_id: 1}
+    assert store._knowledge.known is not None and store._knowledge.known.counts == {run_id: 1}
 
 
 def hide_by_writable_schema(conn: sqlite3.Connection) -> None:
@@ -252,3 +275,21 @@ def test_a_trigger_the_store_parsed_is_not_forgotten_when_its_text_is_hidden(
         with pytest.raises(IntegrityError, match="ledger holds 2"):
             gate.call(run_id, call(1))
     assert ran == ["T-1", "T-2", "T-3"]
+
+
+def test_a_foreign_schema_is_checked_once_per_cookie(store: SQLiteStore) -> None:
+    """An index of the user's own makes the schema foreign: the store knows nothing, and
+    does not re-parse the schema at every transaction to find that out again."""
+    gate = Gate(registry(), Policy(version="p1"), store)
+    run_id = gate.start_run(USER)
+    outside(store, "CREATE INDEX mine ON agent_runs (created_at)")
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        for n in range(1, 5):
+            gate.call(run_id, call(n))
+    finally:
+        store._conn.set_trace_callback(None)
+    assert sum("writable_schema" in s.lower() for s in statements) == 1
+    assert sum("count(*)" in s for s in statements) == 4
+    assert store._knowledge.known is None

@@ -4,6 +4,7 @@ schema check that decides whether it may know anything (``schema_code``)."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tether.evidence.audit import AuditHead
@@ -25,7 +26,7 @@ class Known:
     number once), would otherwise delete rows *inside* tether's own statements, which never
     move it. So a Known is only made after the file's whole schema — every table, index,
     trigger and view, as ``sqlite_master`` holds it — is found to be exactly what the
-    migrations make, re-parsed first (``SQLiteStore._own_schema``: a schema parsed before
+    migrations make, re-parsed first (``Knowledge.own_schema``: a schema parsed before
     the text was put back would still run); while it is not (an extra index, a file another
     SQLite version worded differently), every transaction reads and counts, as if nothing
     were known: slower, never less safe. Bytes written into the file without SQLite
@@ -55,3 +56,56 @@ def schema_code(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str, str]
         "WHERE NOT (type = 'table' AND name LIKE 'sqlite\\_%' ESCAPE '\\')"
     ).fetchall()
     return frozenset((str(t), str(n), str(b), str(q)) for t, n, b, q in rows)
+
+
+class Knowledge:
+    """One store's ``Known``, and when it may have one. ``take`` at each write transaction's
+    start (under its lock, after ``BEGIN IMMEDIATE``), ``keep`` after its commit; what a
+    transaction that fails took is gone. ``expected`` is the schema tether's migrations make."""
+
+    def __init__(self, expected: Callable[[], frozenset[tuple[str, str, str, str]]]) -> None:
+        self.expected = expected
+        self.known: Known | None = None
+        self.last_version: int | None = None  # data_version at the last write's start
+        self.foreign_cookie: int | None = None  # the schema_version of a schema found foreign
+
+    def take(self, conn: sqlite3.Connection) -> Known | None:
+        known, self.known = self.known, None
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        # Nothing is known after another connection wrote (or before anything is): this
+        # transaction reads everything. A new Known starts only once the file has been quiet
+        # since this connection's previous write began (a file several processes write would
+        # pay the schema check at nearly every transaction and rarely keep what it bought),
+        # and only on tether's own schema. A schema found foreign is not checked again until
+        # its cookie moves: a cookie put back can only make the store know less.
+        quiet, self.last_version = version == self.last_version, version
+        if known is not None and known.version == version:
+            return known
+        if not quiet:
+            return None
+        cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
+        if cookie == self.foreign_cookie or not self.own_schema(conn):
+            self.foreign_cookie = cookie
+            return None
+        return Known(version)
+
+    def keep(self, known: Known | None) -> None:
+        self.known = known
+
+    def forget(self) -> None:
+        self.known = None
+
+    def own_schema(self, conn: sqlite3.Connection) -> bool:
+        """Whether the file's schema is exactly the one tether's migrations make, as the
+        connection will run it. The connection re-parses its schema only when the file's
+        schema cookie moves, and whoever writes the file can put the cookie back (or edit
+        ``sqlite_master`` with ``writable_schema``): a trigger parsed earlier would then still
+        run while the text reads clean. ``writable_schema=RESET`` (SQLite 3.40 here; older
+        ones, or a refusal, know nothing) makes it parse the text again first."""
+        if sqlite3.sqlite_version_info < (3, 40, 0):
+            return False
+        try:
+            conn.execute("PRAGMA writable_schema = RESET")
+        except sqlite3.Error:
+            return False
+        return schema_code(conn) == self.expected()

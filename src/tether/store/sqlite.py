@@ -40,7 +40,7 @@ from tether.evidence.audit import MAIN, AuditEntry, AuditHead
 from tether.evidence.keys import NO_KEYS, AuditKeys
 from tether.store import migrations
 from tether.store.base import Tx
-from tether.store.known import Known, schema_code
+from tether.store.known import Knowledge, Known, schema_code
 from tether.store.rows import CallView
 from tether.store.sql import INSERT_EFFECT, SQLStore, SQLTx
 from tether.store.urls import sqlite_url
@@ -395,7 +395,7 @@ class SQLiteStore(SQLStore):
             raise StoreMissing(f"no tether store at {where}; check --db or $TETHER_DB")
         self._conn = self._connect(mode, busy_timeout_s)
         self._lock = threading.RLock()
-        self._known: Known | None = None  # see Known; nothing until a write commits
+        self._knowledge = Knowledge(_migrated_code)  # what its own writes taught it (Known)
         try:
             if read_only:
                 self._check_schema()
@@ -465,7 +465,7 @@ class SQLiteStore(SQLStore):
                 self._conn.execute("BEGIN IMMEDIATE")  # one migrator at a time
             except sqlite3.OperationalError as e:
                 raise StoreError(f"cannot migrate {self.path}: {e}; try again shortly") from e
-            self._known = None  # a migration rewrites what any transaction learned
+            self._knowledge.forget()  # a migration rewrites what any transaction learned
             try:
                 version = migrations.migrate(self._execute, SQLITE, self.path)
                 self._conn.execute("COMMIT")
@@ -492,16 +492,10 @@ class SQLiteStore(SQLStore):
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
                 raise StoreError(f"cannot start a transaction on {self.path}: {e}") from e
-            # Taken (not copied): whatever happens below, the store knows nothing more until
-            # this transaction commits what it has learned.
-            known, self._known = self._known, None
             try:
-                version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-                if known is None or known.version != version:
-                    # Another connection wrote (or nothing is known yet): read everything
-                    # again, and know nothing at all unless the schema is tether's own.
-                    known = Known(version) if self._own_schema() else None
-                tx = SQLiteTx(self._conn, self.keys, known)
+                # Taken, not copied: the store knows nothing more unless this transaction
+                # commits what it learns.
+                tx = SQLiteTx(self._conn, self.keys, self._knowledge.take(self._conn))
                 yield tx
             except sqlite3.Error as e:
                 self._rollback()
@@ -515,23 +509,7 @@ class SQLiteStore(SQLStore):
             except sqlite3.Error as e:
                 self._rollback()
                 raise StoreError(f"commit failed on {self.path}: {e}; nothing was written") from e
-            self._known = tx.known
-
-    def _own_schema(self) -> bool:
-        """Whether the file's schema is exactly the one tether's migrations make (``Known``
-        says why that matters), as the connection will run it. The connection re-parses its
-        schema only when the file's schema cookie moves, and whoever writes the file can put
-        the cookie back (or edit ``sqlite_master`` with ``writable_schema``): a trigger parsed
-        earlier would then still run while the text reads clean. ``writable_schema=RESET``
-        (SQLite 3.40 here; older ones, or a refusal, know nothing) makes it parse the text
-        again before the text is compared."""
-        if sqlite3.sqlite_version_info < (3, 40, 0):
-            return False
-        try:
-            self._conn.execute("PRAGMA writable_schema = RESET")
-        except sqlite3.Error:
-            return False
-        return schema_code(self._conn) == _migrated_code()
+            self._knowledge.keep(tx.known)
 
     def _rollback(self) -> None:
         # SQLite rolls back by itself on some errors (a full disk, for one); a second
