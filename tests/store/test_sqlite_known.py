@@ -20,12 +20,15 @@ from tether.store import known as known_module
 USER = Principal(subject="user-1", tenant="acme", scopes=frozenset())
 
 
-def registry() -> Registry:
+def registry(ran: list[str] | None = None) -> Registry:
+    """A tool ``lookup(q)``, which appends each ``q`` it runs for to ``ran``."""
     tools = Registry()
 
     @tools.tool()
     def lookup(q: str) -> dict[str, str]:
         """Look something up."""
+        if ran is not None:
+            ran.append(q)
         return {"q": q}
 
     return tools
@@ -200,15 +203,7 @@ def test_a_schema_that_deletes_inside_tethers_own_writes_is_still_caught(
     store's own statements, which never move data_version. A store whose schema is not
     tether's own knows nothing, and counts at every call."""
     ran: list[str] = []
-    tools = Registry()
-
-    @tools.tool()
-    def lookup(q: str) -> dict[str, str]:
-        """Look something up."""
-        ran.append(q)
-        return {"q": q}
-
-    gate = Gate(tools, Policy(version="p1"), store)
+    gate = Gate(registry(ran), Policy(version="p1"), store)
     run_id = gate.start_run(USER)
     gate.call(run_id, call(1))
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
@@ -249,15 +244,7 @@ def test_a_trigger_the_store_parsed_is_not_forgotten_when_its_text_is_hidden(
     of sqlite_master without the schema cookie moving: the text reads clean while the
     connection would still run the trigger. The store re-parses before it compares."""
     ran: list[str] = []
-    tools = Registry()
-
-    @tools.tool()
-    def lookup(q: str) -> dict[str, str]:
-        """Look something up."""
-        ran.append(q)
-        return {"q": q}
-
-    gate = Gate(tools, Policy(version="p1"), store)
+    gate = Gate(registry(ran), Policy(version="p1"), store)
     run_id = gate.start_run(USER)
     gate.call(run_id, call(1))
     outside(
