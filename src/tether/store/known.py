@@ -1,5 +1,6 @@
-"""What a SQLite connection knows the file holds because it wrote it (``Known``), and the
-schema check that decides whether it may know anything (``schema_code``)."""
+"""What a SQLite connection knows the file holds because it wrote it (``Known``), and when
+it may know anything (``Knowledge``: no other writer since, and a schema that is tether's
+own, ``schema_code``). The SQLite store is its only user."""
 
 from __future__ import annotations
 
